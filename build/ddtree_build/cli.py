@@ -1,0 +1,39 @@
+"""`ddtree-build`: one subcommand per module; each module exposes `register(subparsers)`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from ddtree_build import __version__
+from ddtree_build.errors import UserError
+
+# Each entry is a module under ddtree_build with a `register(subparsers)` function.
+# Adding a command = adding its module name here.
+COMMAND_MODULES: tuple[str, ...] = ()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ddtree-build", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"ddtree-build {__version__}")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"ddtree_build.{name}").register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UserError as exc:
+        print(f"ddtree-build: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("ddtree-build: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
