@@ -1,0 +1,471 @@
+"""Weight folder checks: catch a bad mount in a second instead of after a 600 GB load fails.
+
+The fast check reads only small files: config.json, the safetensors index and each shard's header
+(8-byte little-endian length, then that many bytes of JSON). A shard is whole when its size equals
+8 + header length + the largest end offset of its tensors, so a truncated copy is found without reading
+the data. `--full-hash` reads everything: sha256 of every shard on a thread pool (hashlib and file reads
+release the GIL, so threads use every core), compared with a `sha256  path` manifest when one is given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from ddtree.errors import UserError
+
+INDEX_NAME = "model.safetensors.index.json"
+SINGLE_NAME = "model.safetensors"
+# A header longer than this is not a real safetensors header (the format caps it at 100 MB).
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+HASH_CHUNK = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One checked shard: where it is, how many tensors, how many bytes."""
+
+    path: Path
+    tensors: int
+    size: int
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    """What the fast check learned about a weights folder."""
+
+    path: Path
+    model_type: str
+    num_hidden_layers: int | None
+    shards: tuple[ShardInfo, ...] = field(default=())
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(shard.size for shard in self.shards)
+
+
+@dataclass(frozen=True)
+class DrafterSummary:
+    """What the fast check learned about the DFlash drafter."""
+
+    path: Path
+    block_size: int | None
+    target_layer_ids: tuple[int, ...] | None
+    shards: tuple[ShardInfo, ...] = field(default=())
+
+
+def _mount_hint(role: str, env_var: str) -> str:
+    return f"mount the {role} read-only there (compose: set {env_var}; docker run: -v HOST_DIR:PATH:ro)"
+
+
+def require_folder(path: Path, role: str, env_var: str) -> None:
+    """The folder exists, is a folder, and is not empty (an empty one is a mount of the wrong path)."""
+    if not path.exists():
+        raise UserError(f"{role} folder {path} does not exist: {_mount_hint(role, env_var)}")
+    if not path.is_dir():
+        raise UserError(f"{role} path {path} is not a folder: {_mount_hint(role, env_var)}")
+    try:
+        empty = next(path.iterdir(), None) is None
+    except PermissionError as exc:
+        raise UserError(f"{role} folder {path} cannot be read ({exc.strerror}): fix its permissions") from exc
+    if empty:
+        raise UserError(
+            f"{role} folder {path} is empty: the mount points at the wrong host folder; "
+            f"{_mount_hint(role, env_var)}"
+        )
+
+
+def read_json(path: Path, what: str) -> dict[str, Any]:
+    """Parse a JSON object file; every problem is one line naming the file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise UserError(
+            f"{what} {path} is missing: the folder is not a complete Hugging Face checkout"
+        ) from exc
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{what} {path} is not valid JSON ({exc}): download it again") from exc
+    if not isinstance(data, dict):
+        raise UserError(f"{what} {path} is not a JSON object: download it again")
+    return data
+
+
+def num_hidden_layers(config: dict[str, Any]) -> int | None:
+    """The layer count, top level or nested under text_config (Kimi K2.6 nests it)."""
+    for holder in (config, config.get("text_config")):
+        if isinstance(holder, dict) and isinstance(holder.get("num_hidden_layers"), int):
+            return int(holder["num_hidden_layers"])
+    return None
+
+
+def read_header(path: Path) -> tuple[int, dict[str, Any]]:
+    """Return (header length, header JSON) of a safetensors file, reading only the header."""
+    try:
+        with open(path, "rb") as handle:
+            prefix = handle.read(8)
+            if len(prefix) < 8:
+                raise UserError(
+                    f"shard {path} is truncated: {len(prefix)} bytes, shorter than the 8-byte header "
+                    "length; copy it again"
+                )
+            (header_len,) = struct.unpack("<Q", prefix)
+            if header_len == 0 or header_len > MAX_HEADER_BYTES:
+                raise UserError(
+                    f"shard {path} has a corrupt header (length {header_len}); not a safetensors file, "
+                    "copy it again"
+                )
+            raw = handle.read(header_len)
+    except OSError as exc:
+        raise UserError(
+            f"shard {path} cannot be read ({exc.strerror}): fix the mount or permissions"
+        ) from exc
+    if len(raw) < header_len:
+        raise UserError(
+            f"shard {path} is truncated inside its header ({len(raw)} of {header_len} bytes); copy it again"
+        )
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"shard {path} has a corrupt header (not JSON: {exc}); copy it again") from exc
+    if not isinstance(header, dict):
+        raise UserError(f"shard {path} has a corrupt header (not a JSON object); copy it again")
+    return header_len, header
+
+
+def check_shard(path: Path) -> ShardInfo:
+    """Header parses and the file is exactly as long as the header says."""
+    header_len, header = read_header(path)
+    data_end = 0
+    tensors = 0
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(isinstance(x, int) and x >= 0 for x in offsets)
+            or offsets[0] > offsets[1]
+        ):
+            raise UserError(
+                f"shard {path} has a corrupt header: tensor {name!r} has data_offsets {offsets!r}; "
+                "copy it again"
+            )
+        data_end = max(data_end, offsets[1])
+        tensors += 1
+    expected = 8 + header_len + data_end
+    actual = path.stat().st_size
+    if actual < expected:
+        raise UserError(
+            f"shard {path} is truncated: {actual} bytes, its header needs {expected}; copy it again "
+            "(an interrupted download or a full disk)"
+        )
+    if actual > expected:
+        raise UserError(
+            f"shard {path} has {actual - expected} bytes after its last tensor ({actual} != {expected}); "
+            "the file is corrupt, copy it again"
+        )
+    return ShardInfo(path=path, tensors=tensors, size=actual)
+
+
+def shard_paths(folder: Path) -> list[Path]:
+    """The shards the index lists (sorted, unique), or the single model.safetensors.
+
+    Raises when the index names a file that is not there: the whole list of missing names is too long
+    for one line, so the first one and the count are given.
+    """
+    index_path = folder / INDEX_NAME
+    if index_path.exists():
+        index = read_json(index_path, "safetensors index")
+        weight_map = index.get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise UserError(f"safetensors index {index_path} has no weight_map: download it again")
+        values = set(weight_map.values())
+        bad = [
+            repr(n) for n in values if not isinstance(n, str) or n.startswith("/") or ".." in Path(n).parts
+        ]
+        if bad:
+            raise UserError(
+                f"safetensors index {index_path} names an unexpected shard {bad[0]}: download it again"
+            )
+        paths = [folder / name for name in sorted(values)]
+        missing = [p for p in paths if not p.is_file()]
+        if missing:
+            raise UserError(
+                f"shard {missing[0]} is missing ({len(missing)} of {len(paths)} shards listed in "
+                f"{INDEX_NAME} are absent): finish the download or fix the mount"
+            )
+        return paths
+    single = folder / SINGLE_NAME
+    if single.is_file():
+        return [single]
+    loose = sorted(folder.glob("*.safetensors"))
+    if loose:
+        raise UserError(
+            f"{index_path} is missing but {folder} holds {len(loose)} shards: download the index too"
+        )
+    raise UserError(
+        f"no safetensors weights in {folder} (neither {INDEX_NAME} nor {SINGLE_NAME}): wrong folder?"
+    )
+
+
+def check_shards(paths: Iterable[Path]) -> tuple[ShardInfo, ...]:
+    """Fast check of every shard; headers are small, so one thread is plenty."""
+    return tuple(check_shard(p) for p in paths)
+
+
+def check_target(folder: Path, expected_model_type: str | None, env_var: str = "MODEL_DIR") -> ModelSummary:
+    """The target model folder: config, model type, index, every shard header and size."""
+    require_folder(folder, "target weights", env_var)
+    config = read_json(folder / "config.json", "target config")
+    model_type = config.get("model_type")
+    if expected_model_type and model_type != expected_model_type:
+        raise UserError(
+            f"target config {folder / 'config.json'} has model_type {model_type!r}, the target expects "
+            f"{expected_model_type!r}: mount the right model (Kimi K2.6 is kimi_k25)"
+        )
+    shards = check_shards(shard_paths(folder))
+    return ModelSummary(
+        path=folder,
+        model_type=str(model_type),
+        num_hidden_layers=num_hidden_layers(config),
+        shards=shards,
+    )
+
+
+def _dflash_field(config: dict[str, Any], key: str) -> Any:
+    """A DFlash field from dflash_config, falling back to the top level (as SGLang's dflash_utils does)."""
+    nested = config.get("dflash_config")
+    if isinstance(nested, dict) and nested.get(key) is not None:
+        return nested[key]
+    return config.get(key)
+
+
+def check_drafter(
+    folder: Path,
+    block_size: int | None,
+    target_layers: int | None,
+    env_var: str = "DRAFTER_DIR",
+) -> DrafterSummary:
+    """The DFlash drafter: config, block size against the configured one, captured layers in range.
+
+    SGLang itself only warns when the configured block size differs from the drafter's; a block larger
+    than the drafter was trained for asks it for positions it never learnt, so that is an error here.
+    A smaller block is allowed (the original deployment may have run that way) and reported.
+    """
+    require_folder(folder, "drafter", env_var)
+    config_path = folder / "config.json"
+    config = read_json(config_path, "drafter config")
+    raw_block = _dflash_field(config, "block_size")
+    model_block: int | None = None
+    if raw_block is not None:
+        if not isinstance(raw_block, int) or isinstance(raw_block, bool) or raw_block < 1:
+            raise UserError(
+                f"drafter config {config_path} has block_size {raw_block!r}: expected a positive int"
+            )
+        model_block = raw_block
+    if block_size is not None and model_block is not None and block_size > model_block:
+        raise UserError(
+            f"drafter config {config_path} has block_size {model_block} but the target profile sets "
+            f"num-draft-tokens/block size {block_size}: use a drafter trained for {block_size} or lower "
+            "--speculative-num-draft-tokens"
+        )
+    raw_ids = _dflash_field(config, "target_layer_ids")
+    layer_ids: tuple[int, ...] | None = None
+    if raw_ids is not None:
+        if not isinstance(raw_ids, list) or not raw_ids or not all(isinstance(x, int) for x in raw_ids):
+            raise UserError(
+                f"drafter config {config_path} has target_layer_ids {raw_ids!r}: expected a list of ints"
+            )
+        layer_ids = tuple(raw_ids)
+        if target_layers is not None:
+            outside = [x for x in layer_ids if x < 0 or x >= target_layers]
+            if outside:
+                raise UserError(
+                    f"drafter config {config_path} captures target layer {outside[0]} but the target has "
+                    f"{target_layers} layers (0..{target_layers - 1}): the drafter belongs to another model"
+                )
+    shards: tuple[ShardInfo, ...] = ()
+    if (folder / INDEX_NAME).exists() or (folder / SINGLE_NAME).exists():
+        shards = check_shards(shard_paths(folder))
+    return DrafterSummary(path=folder, block_size=model_block, target_layer_ids=layer_ids, shards=shards)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Full hash
+# ---------------------------------------------------------------------------------------------------
+
+
+class Progress:
+    """A byte-counting progress bar: redraws in place on a terminal, prints every 10% otherwise."""
+
+    def __init__(self, total: int, stream: TextIO | None = None, label: str = "sha256") -> None:
+        self.total = max(total, 1)
+        self.stream = stream if stream is not None else sys.stderr
+        self.label = label
+        self.done = 0
+        self.started = time.monotonic()
+        self._lock = threading.Lock()
+        self._last_draw = 0.0
+        self._last_decile = -1
+        self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def advance(self, nbytes: int) -> None:
+        with self._lock:
+            self.done += nbytes
+            now = time.monotonic()
+            if self._tty:
+                if now - self._last_draw >= 0.2 or self.done >= self.total:
+                    self._last_draw = now
+                    self._draw(end="")
+            else:
+                decile = self.done * 10 // self.total
+                if decile > self._last_decile:
+                    self._last_decile = decile
+                    self._draw(end="\n")
+
+    def _draw(self, end: str) -> None:
+        fraction = min(self.done / self.total, 1.0)
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        bar = "#" * int(fraction * 30)
+        rate = self.done / elapsed / 1e9
+        prefix = "\r" if self._tty else ""
+        self.stream.write(
+            f"{prefix}{self.label} [{bar:<30}] {fraction:6.1%} "
+            f"{self.done / 1e9:8.2f}/{self.total / 1e9:.2f} GB "
+            f"{rate:5.2f} GB/s{end}"
+        )
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self._tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def hash_file(path: Path, on_bytes: Callable[[int], None] | None = None, chunk: int = HASH_CHUNK) -> str:
+    """sha256 of one file, reporting progress per chunk (fsutil.sha256_file has no progress hook)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    buffer = bytearray(chunk)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as handle:
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        while True:
+            n = handle.readinto(buffer)
+            if not n:
+                break
+            digest.update(view[:n])
+            if on_bytes is not None:
+                on_bytes(n)
+    return digest.hexdigest()
+
+
+def hash_files(
+    paths: list[Path],
+    workers: int | None = None,
+    progress: Progress | None = None,
+) -> dict[Path, str]:
+    """sha256 of every file on a thread pool; biggest files first so the pool drains evenly."""
+    workers = workers or os.cpu_count() or 1
+    ordered = sorted(paths, key=lambda p: p.stat().st_size, reverse=True)
+    on_bytes = progress.advance if progress is not None else None
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(ordered) or 1))) as pool:
+        digests = list(pool.map(lambda p: hash_file(p, on_bytes), ordered))
+    if progress is not None:
+        progress.close()
+    return dict(zip(ordered, digests, strict=True))
+
+
+def read_manifest(path: Path) -> dict[str, str]:
+    """`sha256  relative/path` lines (sha256sum's format; `*` binary marker and `./` accepted)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"weights manifest {path} cannot be read ({exc.strerror}): check --manifest") from exc
+    entries: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        parts = line.split(maxsplit=1)
+        digest = parts[0].lower()
+        if len(parts) != 2 or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise UserError(f"weights manifest {path}:{number} is not `sha256  path`: {line.strip()[:80]!r}")
+        name = parts[1].strip().lstrip("*")
+        name = name.removeprefix("./")
+        entries[name] = digest
+    return entries
+
+
+@dataclass(frozen=True)
+class HashReport:
+    """Digests of every shard, and how they compare with a manifest (empty lists when none was given)."""
+
+    digests: dict[str, str]
+    mismatched: list[str]
+    unlisted: list[str]
+    absent: list[str]
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return not (self.mismatched or self.unlisted or self.absent)
+
+
+def full_hash(
+    folder: Path,
+    manifest: Path | None = None,
+    workers: int | None = None,
+    stream: TextIO | None = None,
+) -> HashReport:
+    """Hash every shard of a weights folder and compare with the manifest's lines for those shards."""
+    paths = shard_paths(folder)
+    total = sum(p.stat().st_size for p in paths)
+    started = time.monotonic()
+    digests_by_path = hash_files(paths, workers=workers, progress=Progress(total, stream=stream))
+    seconds = time.monotonic() - started
+    digests = {str(p.relative_to(folder)): d for p, d in sorted(digests_by_path.items())}
+    mismatched: list[str] = []
+    unlisted: list[str] = []
+    absent: list[str] = []
+    if manifest is not None:
+        expected = read_manifest(manifest)
+        for name, digest in digests.items():
+            if name not in expected:
+                unlisted.append(name)
+            elif expected[name] != digest:
+                mismatched.append(name)
+        absent = sorted(n for n in expected if n.endswith(".safetensors") and n not in digests)
+    return HashReport(
+        digests=digests, mismatched=mismatched, unlisted=unlisted, absent=absent, seconds=seconds
+    )
+
+
+def describe_hash_failure(report: HashReport, folder: Path, manifest: Path) -> str:
+    """One line naming the first bad file and the counts."""
+    if report.mismatched:
+        first = report.mismatched[0]
+        return (
+            f"shard {folder / first} does not match {manifest} ({len(report.mismatched)} mismatched): "
+            "the weights differ from the measured ones, download them again"
+        )
+    if report.unlisted:
+        first = report.unlisted[0]
+        return (
+            f"shard {folder / first} is not in {manifest} ({len(report.unlisted)} unlisted): wrong manifest?"
+        )
+    return (
+        f"{manifest} lists {report.absent[0]} which is not in {folder} ({len(report.absent)} absent): "
+        "finish the download"
+    )
