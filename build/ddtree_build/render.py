@@ -1,0 +1,329 @@
+"""`ddtree-build render`: env/ + the Dockerfile template -> a Dockerfile, byte for byte the same per commit.
+
+Why a template and not a hand-kept Dockerfile: the image must be exactly the captured stack, so its
+facts (base image and digest, Python, lock, target environment, SGLang version) are read from env/ and
+never retyped. The render context holds only sorted data read from the work tree (no clock, no host
+facts), so the same commit renders the same bytes; per-commit facts (revision, dates, digests) stay
+ARGs that `ddtree-build image` fills at build time, which keeps the committed Dockerfile stable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from ddtree.fsutil import atomic_write
+
+from ddtree_build.errors import UserError
+from ddtree_build.paths import ENV_DIR, REPO_ROOT, TEMPLATES_DIR
+
+TARGETS: tuple[str, ...] = ("b300", "pro6000")
+BASES: tuple[str, ...] = ("bootstrap", "nvidia")
+DEFAULT_TARGET = "pro6000"
+DEFAULT_BASE = "nvidia"
+TEMPLATE_NAME = "Dockerfile.j2"
+COMMITTED_DOCKERFILE = REPO_ROOT / "Dockerfile"
+# Which lock profile of env/locks.yaml each base installs (the base's own Python decides).
+BASE_LOCK_PROFILE: Mapping[str, str] = {"bootstrap": "py311", "nvidia": "py312"}
+# What the base stage needs from apt (Debian and Ubuntu share the names): Python with venv and headers, gcc
+# for Triton's launcher stubs, g++ as nvcc's host compiler for flashinfer's JIT, NUMA and OpenMP runtimes.
+# The registry-free base already carries them (base_image.PACKAGES); only what it lacks is installed there.
+APT_PACKAGES: tuple[str, ...] = (
+    "ca-certificates",
+    "g++",
+    "gcc",
+    "libc6-dev",
+    "libgomp1",
+    "libnuma1",
+    "python3",
+    "python3-dev",
+    "python3-venv",
+)
+VENV_DIR = "/opt/venv"
+DEFAULT_PORT = 30000
+DEFAULT_NVIDIA_BASE = "nvidia/cuda:13.0.2-cudnn-devel-ubuntu24.04"
+
+
+@dataclass(frozen=True)
+class RenderContext:
+    """Everything the template sees. Plain sorted data, so equal contexts render equal bytes."""
+
+    target: str
+    base: str
+    base_image: str
+    base_digest: str
+    cuda_version: str
+    cuda_major: str
+    python_version: str
+    lock_file: str
+    sglang_version: str
+    ddtree_version: str
+    venv: str
+    port: int
+    apt_packages: tuple[str, ...]
+    target_env: tuple[tuple[str, str], ...]
+
+
+# ---------------------------------------------------------------- reading env/
+
+
+def _shown(path: Path) -> str:
+    """A path relative to the checkout when it is inside it (shorter messages)."""
+    try:
+        return str(path.relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def _load_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text())
+    except FileNotFoundError as exc:
+        raise UserError(f"{_shown(path)} is missing; it is part of env/ (issue 3)") from exc
+    except yaml.YAMLError as exc:
+        raise UserError(f"{_shown(path)}: not valid YAML ({str(exc).splitlines()[0]}); fix the file") from exc
+
+
+def _dig(data: Any, *keys: str) -> Any:
+    """data[k1][k2]... or None when any level is missing (the env/ schemas own validation)."""
+    for key in keys:
+        if not isinstance(data, Mapping) or key not in data:
+            return None
+        data = data[key]
+    return data
+
+
+def _base_image_facts(system: Mapping[str, Any]) -> tuple[str, str]:
+    """(image reference without digest, digest or "") of the nvidia base from env/system.yaml."""
+    section = system.get("base_image") or system.get("base-image") or {}
+    if isinstance(section, str):
+        ref, _, digest = section.partition("@")
+        return ref, digest
+    ref = section.get("reference") or section.get("image") or ""
+    if not ref and section.get("repository") and section.get("tag"):
+        ref = f"{section['repository']}:{section['tag']}"
+    if not ref and section.get("tag"):
+        tag = str(section["tag"])
+        ref = tag if ":" in tag or "/" in tag else f"nvidia/cuda:{tag}"
+    ref, _, inline_digest = str(ref or DEFAULT_NVIDIA_BASE).partition("@")
+    digest = str(section.get("digest") or inline_digest or "")
+    if digest and not digest.startswith("sha256:"):
+        raise UserError(f"env/system.yaml: base image digest {digest!r} must look like sha256:<64 hex>")
+    return ref, digest
+
+
+def _cuda_version(system: Mapping[str, Any]) -> str:
+    cuda = system.get("cuda")
+    version = cuda.get("version") if isinstance(cuda, Mapping) else cuda
+    if not version:
+        raise UserError("env/system.yaml: no CUDA version (cuda: {version: 13.0.88}); add it")
+    return str(version)
+
+
+def _lock_profile(base: str) -> tuple[str, str]:
+    """(python version, lock path relative to the repo) for a base, from env/locks.yaml."""
+    profiles = _dig(_load_yaml(ENV_DIR / "locks.yaml"), "profiles") or {}
+    name = BASE_LOCK_PROFILE[base]
+    profile = profiles.get(name)
+    if not isinstance(profile, Mapping) or "output" not in profile or "python" not in profile:
+        raise UserError(f"env/locks.yaml: profile {name!r} (used by the {base} base) needs output and python")
+    return str(profile["python"]), f"env/{profile['output']}"
+
+
+def sglang_version_of(requirements: Path) -> str:
+    """The pinned sglang version in a freeze or lock file (`sglang==X`, hashes and markers allowed)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    try:
+        lines = requirements.read_text().splitlines()
+    except FileNotFoundError as exc:
+        raise UserError(f"{requirements}: missing; run `make lock` (issue 3)") from exc
+    for raw in lines:
+        line = raw.split(" #", 1)[0].strip().rstrip("\\").strip()
+        if not line or line.startswith(("#", "-")):
+            continue
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(req.name) == "sglang":
+            pins = [spec.version for spec in req.specifier if spec.operator == "=="]
+            if pins:
+                return pins[0]
+    raise UserError(f"{requirements}: no `sglang==VERSION` pin; the image is built around one")
+
+
+def _target_facts(target: str) -> tuple[int, tuple[tuple[str, str], ...]]:
+    """(server port, sorted environment) of env/targets/<target>.yaml."""
+    data = _load_yaml(ENV_DIR / "targets" / f"{target}.yaml") or {}
+    port = _dig(data, "server", "port") or _dig(data, "port") or DEFAULT_PORT
+    if isinstance(_dig(data, "server", "args"), Mapping):
+        port = _dig(data, "server", "args", "port") or port
+    env = data.get("environment") or data.get("env") or {}
+    if not isinstance(env, Mapping):
+        raise UserError(f"env/targets/{target}.yaml: environment must be a mapping NAME: value")
+    pairs = []
+    for key, value in env.items():
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise UserError(
+                f"env/targets/{target}.yaml: environment {key}={value!r} must be a string or number"
+            )
+        pairs.append((str(key), str(value)))
+    return int(port), tuple(sorted(pairs))
+
+
+def bootstrap_base_image() -> str:
+    """Tag of the registry-free base (a digest of its recipe, so renders stay stable); builds nothing."""
+    from ddtree_build import base_image
+
+    return base_image.base_tag()
+
+
+def apt_packages_for(base: str) -> tuple[str, ...]:
+    """Sorted apt packages the base stage installs: all of them on nvidia, the missing ones on bootstrap."""
+    if base == "bootstrap":
+        from ddtree_build import base_image
+
+        return tuple(sorted(set(APT_PACKAGES) - set(base_image.PACKAGES)))
+    return tuple(sorted(APT_PACKAGES))
+
+
+def build_context(target: str, base: str) -> RenderContext:
+    """Read env/ into the render context for one (target, base)."""
+    from ddtree import __version__ as ddtree_version
+
+    if target not in TARGETS:
+        raise UserError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
+    if base not in BASES:
+        raise UserError(f"unknown base {base!r}; choose one of {', '.join(BASES)}")
+    system = _load_yaml(ENV_DIR / "system.yaml") or {}
+    cuda_version = _cuda_version(system)
+    if base == "nvidia":
+        base_image, base_digest = _base_image_facts(system)
+    else:
+        base_image, base_digest = bootstrap_base_image(), ""
+    python_version, lock_file = _lock_profile(base)
+    freeze = ENV_DIR / "freeze.txt"
+    sglang_version = sglang_version_of(freeze if freeze.exists() else REPO_ROOT / lock_file)
+    port, target_env = _target_facts(target)
+    return RenderContext(
+        target=target,
+        base=base,
+        base_image=base_image,
+        base_digest=base_digest,
+        cuda_version=cuda_version,
+        cuda_major=cuda_version.split(".")[0],
+        python_version=python_version,
+        lock_file=lock_file,
+        sglang_version=sglang_version,
+        ddtree_version=ddtree_version,
+        venv=VENV_DIR,
+        port=port,
+        apt_packages=apt_packages_for(base),
+        target_env=target_env,
+    )
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def docker_quote(value: str) -> str:
+    """A Dockerfile ENV value: bare when plain, else double-quoted with \\, " and $ escaped."""
+    if value and all(ch.isalnum() or ch in "._-/:,=+@%" for ch in value):
+        return value
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+    return f'"{escaped}"'
+
+
+def env_pairs(pairs: tuple[tuple[str, str], ...]) -> str:
+    """The body of one ENV instruction, a NAME=value per continued line (one layer, easy diffs)."""
+    return " \\\n    ".join(f"{key}={docker_quote(value)}" for key, value in pairs)
+
+
+def render_text(context: RenderContext, template_dir: Path = TEMPLATES_DIR) -> str:
+    """Render the template; StrictUndefined so a missing fact fails instead of rendering empty."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(template_dir)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["dockerquote"] = docker_quote
+    env.filters["envpairs"] = env_pairs
+    text = env.get_template(TEMPLATE_NAME).render(**asdict(context))
+    # One trailing newline, no trailing spaces: the committed file stays diff-clean whatever the template.
+    return "\n".join(line.rstrip() for line in text.rstrip("\n").splitlines()) + "\n"
+
+
+def render(target: str = DEFAULT_TARGET, base: str = DEFAULT_BASE) -> str:
+    return render_text(build_context(target, base))
+
+
+def check_file(path: Path, fresh: str) -> list[str]:
+    """Unified diff lines between `path` and a fresh render; empty when they agree."""
+    try:
+        current = path.read_text()
+    except FileNotFoundError:
+        current = ""
+    if current == fresh:
+        return []
+    return list(
+        difflib.unified_diff(
+            current.splitlines(keepends=True),
+            fresh.splitlines(keepends=True),
+            fromfile=f"{path.name} (committed)",
+            tofile=f"{path.name} (fresh render)",
+        )
+    )
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    text = render(args.target, args.base)
+    if args.check:
+        path = Path(args.out) if args.out else COMMITTED_DOCKERFILE
+        diff = check_file(path, text)
+        if diff:
+            sys.stderr.writelines(diff[:80])
+            raise UserError(
+                f"{path} is stale: it differs from a fresh render of --target {args.target} "
+                f"--base {args.base}; run `make render` and commit it"
+            )
+        print(f"{path}: up to date (target {args.target}, base {args.base})", file=sys.stderr)
+        return 0
+    if args.out:
+        atomic_write(Path(args.out), text)
+        print(f"wrote {args.out} (target {args.target}, base {args.base})", file=sys.stderr)
+        return 0
+    sys.stdout.write(text)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "render", help="render the Dockerfile for a target from env/ and the template"
+    )
+    parser.add_argument("--target", choices=TARGETS, default=DEFAULT_TARGET)
+    parser.add_argument("--base", choices=BASES, default=DEFAULT_BASE)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--out", metavar="FILE", help="write here (atomically)")
+    mode.add_argument("--stdout", action="store_true", help="print the render (the default)")
+    mode.add_argument(
+        "--check",
+        action="store_true",
+        help="exit non-zero when the committed Dockerfile differs from a fresh render",
+    )
+    parser.set_defaults(func=_cmd_render)
