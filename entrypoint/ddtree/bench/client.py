@@ -1,0 +1,360 @@
+"""Streaming HTTP client for SGLang and OpenAI-compatible servers, standard library only.
+
+Three request kinds share one timing model:
+- `generate`: SGLang's native /generate with `input_ids`; its stream carries `meta_info` with
+  `completion_tokens`, `spec_verify_ct` and `spec_accept_length`, the only per-request source of the
+  acceptance length on 0.5.13.post1 (its OpenAI endpoints refuse `return_meta_info` when streaming).
+- `completions`: /v1/completions (token ids or text), usage in every chunk when the server honours
+  `stream_options.continuous_usage_stats` (SGLang and vLLM do), else in the final chunk.
+- `chat`: /v1/chat/completions; the chat template adds tokens, so the context is what the server reports.
+
+Why token counts come from the server and not from chunk counts: with speculative decoding one chunk
+often carries several tokens (the accepted draft plus the bonus token).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ddtree.errors import UserError
+
+API_KINDS = ("generate", "completions", "chat")
+
+
+@dataclass
+class GenerationRequest:
+    """One request: the prompt as token ids (exact context) and/or text, and the sampling settings."""
+
+    prompt_ids: list[int] | None = None
+    prompt_text: str | None = None
+    max_tokens: int = 256
+    temperature: float = 0.0
+    ignore_eos: bool = True
+    model: str = "default"
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RequestResult:
+    """What one streamed request measured. Times are seconds; `start` is time.perf_counter()."""
+
+    ok: bool
+    error: str | None = None
+    start: float = 0.0
+    end: float = 0.0
+    ttft_s: float | None = None
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int = 0
+    chunks: int = 0
+    accept_length: float | None = None
+    verify_ct: int | None = None
+    finish_reason: str | None = None
+    text: str = ""
+
+    @property
+    def latency_s(self) -> float:
+        return self.end - self.start
+
+    @property
+    def decode_tok_s(self) -> float | None:
+        """Output tokens per second after the first token: (n - 1) / (last - first), i.e. 1 / mean TPOT."""
+        if self.first_token_at is None or self.last_token_at is None or self.output_tokens < 2:
+            return None
+        span = self.last_token_at - self.first_token_at
+        return (self.output_tokens - 1) / span if span > 0 else None
+
+    def summary(self, keep_text: bool = False) -> dict[str, Any]:
+        """A JSON-ready record (relative times, derived rates)."""
+        record = asdict(self)
+        if not keep_text:
+            record.pop("text")
+        record["latency_s"] = self.latency_s
+        record["decode_tok_s"] = self.decode_tok_s
+        return record
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    scheme: str
+    host: str
+    port: int
+    base_path: str
+
+    @classmethod
+    def parse(cls, url: str) -> Endpoint:
+        parsed = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise UserError(f"--url {url!r} is not an http(s) URL; give e.g. http://127.0.0.1:30000")
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        base = parsed.path.rstrip("/")
+        if base.endswith("/v1"):  # people paste the OpenAI base URL; the native routes live above it
+            base = base[: -len("/v1")]
+        return cls(parsed.scheme, parsed.hostname, port, base)
+
+    def connect(self, timeout: float) -> http.client.HTTPConnection:
+        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+        return cls(self.host, self.port, timeout=timeout)
+
+    def path(self, route: str) -> str:
+        return f"{self.base_path}{route}"
+
+
+class Client:
+    """Talks to one server; safe to share between threads (one connection per request)."""
+
+    def __init__(self, url: str, api: str = "generate", timeout: float = 600.0, api_key: str | None = None):
+        if api not in API_KINDS:
+            raise UserError(f"--api {api!r} is not one of {', '.join(API_KINDS)}")
+        self.endpoint = Endpoint.parse(url)
+        self.url = url
+        self.api = api
+        self.timeout = timeout
+        self.api_key = api_key
+
+    # -- plain JSON calls -------------------------------------------------------------------
+    def _headers(self, stream: bool = False) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream" if stream else "*/*"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+    def get_text(self, route: str, timeout: float = 10.0) -> tuple[int, str]:
+        """GET a route; (status, body). Connection problems give status 0 and the error text."""
+        conn = self.endpoint.connect(timeout)
+        try:
+            conn.request("GET", self.endpoint.path(route), headers=self._headers())
+            resp = conn.getresponse()
+            return resp.status, resp.read().decode("utf-8", "replace")
+        except (OSError, http.client.HTTPException) as exc:
+            return 0, f"{type(exc).__name__}: {exc}"
+        finally:
+            conn.close()
+
+    def get_json(self, route: str, timeout: float = 10.0) -> Any | None:
+        status, body = self.get_text(route, timeout)
+        if status != 200:
+            return None
+        try:
+            return json.loads(body)
+        except json.JSONDecodeError:
+            return None
+
+    def post_json(self, route: str, payload: dict[str, Any], timeout: float | None = None) -> Any:
+        """POST JSON and decode the JSON answer; a non-200 answer raises RuntimeError with its body."""
+        conn = self.endpoint.connect(timeout or self.timeout)
+        try:
+            conn.request("POST", self.endpoint.path(route), json.dumps(payload), self._headers())
+            resp = conn.getresponse()
+            body = resp.read().decode("utf-8", "replace")
+        finally:
+            conn.close()
+        if resp.status != 200:
+            raise RuntimeError(f"POST {route} -> HTTP {resp.status}: {body[:300]}")
+        return json.loads(body)
+
+    # -- streaming generation ---------------------------------------------------------------
+    def build_payload(self, req: GenerationRequest, stream: bool = True) -> tuple[str, dict[str, Any]]:
+        """The route and JSON body for `req` in this client's API dialect."""
+        if req.prompt_ids is None and req.prompt_text is None:
+            raise ValueError("a request needs prompt_ids or prompt_text")
+        if self.api == "generate":
+            body: dict[str, Any] = {
+                "sampling_params": {
+                    "max_new_tokens": req.max_tokens,
+                    "temperature": req.temperature,
+                    "ignore_eos": req.ignore_eos,
+                },
+                "stream": stream,
+            }
+            if req.prompt_ids is not None:
+                body["input_ids"] = list(req.prompt_ids)
+            else:
+                body["text"] = req.prompt_text
+            route = "/generate"
+        else:
+            body = {
+                "model": req.model,
+                "max_tokens": req.max_tokens,
+                "temperature": req.temperature,
+                "stream": stream,
+                "ignore_eos": req.ignore_eos,
+            }
+            if stream:
+                body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+            if self.api == "completions":
+                body["prompt"] = list(req.prompt_ids) if req.prompt_ids is not None else req.prompt_text
+                route = "/v1/completions"
+            else:
+                if req.prompt_text is None:
+                    raise ValueError("the chat API needs prompt_text")
+                body["messages"] = [{"role": "user", "content": req.prompt_text}]
+                route = "/v1/chat/completions"
+        body.update(req.extra_body)
+        return route, body
+
+    def stream(self, req: GenerationRequest) -> RequestResult:
+        """Send one streaming request and time every chunk. Never raises for server or network errors."""
+        route, body = self.build_payload(req, stream=True)
+        result = RequestResult(ok=False, start=time.perf_counter())
+        conn = self.endpoint.connect(self.timeout)
+        try:
+            conn.request("POST", self.endpoint.path(route), json.dumps(body), self._headers(stream=True))
+            resp = conn.getresponse()
+            if resp.status != 200:
+                result.error = f"HTTP {resp.status}: {resp.read().decode('utf-8', 'replace')[:300]}"
+                return result
+            tracker = _StreamTracker(self.api, result)
+            for data in iter_sse(resp):
+                now = time.perf_counter()
+                if data == "[DONE]":
+                    break
+                try:
+                    event = json.loads(data)
+                except json.JSONDecodeError:
+                    result.error = f"not JSON in the stream: {data[:120]!r}"
+                    return result
+                if isinstance(event, dict) and event.get("error"):
+                    result.error = f"server error in stream: {json.dumps(event['error'])[:300]}"
+                    return result
+                tracker.feed(event, now)
+            tracker.finish()
+            result.ok = result.output_tokens > 0
+            if not result.ok:
+                result.error = "the stream ended without any output token"
+        except (OSError, http.client.HTTPException) as exc:
+            result.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            result.end = time.perf_counter()
+            conn.close()
+        return result
+
+    def complete(self, req: GenerationRequest) -> dict[str, Any]:
+        """A non-streaming request; returns the server's JSON answer (used by HumanEval)."""
+        route, body = self.build_payload(req, stream=False)
+        return self.post_json(route, body)
+
+
+def iter_sse(resp: http.client.HTTPResponse) -> Iterator[str]:
+    """Yield each server-sent event's data (multi-line data joined with newlines)."""
+    lines: list[str] = []
+    while True:
+        raw = resp.readline()
+        if not raw:
+            break
+        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if not line:
+            if lines:
+                yield "\n".join(lines)
+                lines = []
+            continue
+        if line.startswith(":"):
+            continue  # comment / keep-alive
+        if line.startswith("data:"):
+            lines.append(line[5:].removeprefix(" "))
+    if lines:
+        yield "\n".join(lines)
+
+
+class _StreamTracker:
+    """Turns a dialect's chunks into token counts, timestamps and acceptance metadata."""
+
+    def __init__(self, api: str, result: RequestResult):
+        self.api = api
+        self.result = result
+        self.counted = 0  # tokens seen so far
+        self.usage_seen = False
+        self.text_parts: list[str] = []
+
+    def _tokens_now(self, count: int, now: float) -> None:
+        res = self.result
+        if count > self.counted:
+            if res.first_token_at is None:
+                res.first_token_at = now
+                res.ttft_s = now - res.start
+            res.last_token_at = now
+            self.counted = count
+
+    def feed(self, event: dict[str, Any], now: float) -> None:
+        res = self.result
+        res.chunks += 1
+        if self.api == "generate":
+            meta = event.get("meta_info") or {}
+            text = event.get("text")
+            if isinstance(text, str):
+                self.text_parts = [text]  # the native stream repeats the whole text by default
+            count = meta.get("completion_tokens")
+            if count is None:
+                count = len(event.get("output_ids") or []) or self.counted
+            self._tokens_now(int(count), now)
+            res.output_tokens = self.counted
+            if meta.get("prompt_tokens") is not None:
+                res.prompt_tokens = int(meta["prompt_tokens"])
+            if meta.get("spec_verify_ct"):
+                res.verify_ct = int(meta["spec_verify_ct"])
+            if meta.get("spec_accept_length") is not None:
+                res.accept_length = float(meta["spec_accept_length"])
+            finish = meta.get("finish_reason")
+            if isinstance(finish, dict):
+                res.finish_reason = str(finish.get("type"))
+            return
+        usage = event.get("usage") or None
+        piece = ""
+        for choice in event.get("choices") or []:
+            if self.api == "chat":
+                delta = choice.get("delta") or {}
+                piece += (delta.get("reasoning_content") or "") + (delta.get("content") or "")
+            else:
+                piece += choice.get("text") or ""
+            if choice.get("finish_reason"):
+                res.finish_reason = str(choice["finish_reason"])
+        if piece:
+            self.text_parts.append(piece)
+        if usage and usage.get("completion_tokens") is not None:
+            self.usage_seen = True
+            if usage.get("prompt_tokens") is not None:
+                res.prompt_tokens = int(usage["prompt_tokens"])
+            # A final usage-only chunk fixes the total but is not a token arrival.
+            count = int(usage["completion_tokens"])
+            if piece:
+                self._tokens_now(count, now)
+            else:
+                self.counted = max(self.counted, count)
+        elif piece:
+            self._tokens_now(self.counted + 1, now)  # no usage: one chunk ~ one token, fixed at the end
+        res.output_tokens = self.counted
+
+    def finish(self) -> None:
+        res = self.result
+        res.text = "".join(self.text_parts)
+        res.output_tokens = self.counted
+        if res.accept_length is None and res.verify_ct:
+            res.accept_length = res.output_tokens / res.verify_ct
+
+
+def run_concurrently(client: Client, requests: Sequence[GenerationRequest]) -> list[RequestResult]:
+    """Send all requests at once (one thread each, released together) and wait for all of them."""
+    results: list[RequestResult | None] = [None] * len(requests)
+    barrier = threading.Barrier(len(requests)) if requests else None
+
+    def work(index: int) -> None:
+        assert barrier is not None
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait(timeout=60)
+        results[index] = client.stream(requests[index])
+
+    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(len(requests))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [r if r is not None else RequestResult(ok=False, error="worker died") for r in results]

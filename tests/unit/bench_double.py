@@ -1,0 +1,230 @@
+"""A TEST DOUBLE of an SGLang server: real HTTP on 127.0.0.1, fake model.
+
+Why a double: the real server needs GPUs and the 595 GB Kimi K2.6 weights, which cannot run here.
+What is real: the sockets, HTTP/1.1 chunked transfer, server-sent events, the JSON shapes of SGLang
+0.5.13.post1's /generate stream (meta_info with completion_tokens, spec_verify_ct, spec_accept_length),
+its OpenAI /v1/completions and /v1/chat/completions streams (usage per chunk with
+continuous_usage_stats), /server_info, /model_info, /v1/models, /metrics and /v1/tokenize.
+What is fake: the tokens. Timing is controlled: the first chunk comes `ttft_s` after the request,
+then one chunk every `chunk_interval_s`, each carrying `tokens_per_chunk` tokens (one verify step of
+speculative decoding: acceptance length = tokens_per_chunk). The toy tokenizer is one token per character.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class DoubleConfig:
+    ttft_s: float = 0.05
+    chunk_interval_s: float = 0.01
+    tokens_per_chunk: int = 4
+    speculative_algorithm: str | None = "DFLASH"
+    version: str = "0.5.13.post1"
+    metrics_accept_length: float | None = 3.9
+    responder: Callable[[str], str] | None = None  # non-streaming answers (HumanEval)
+    fail_generate: bool = False
+    extra_server_info: dict[str, Any] = field(default_factory=dict)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _DoubleServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
+        pass
+
+    # -- helpers -------------------------------------------------------------------------
+    def _json(self, payload: Any, status: int = 200) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _text(self, text: str) -> None:
+        body = text.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _sse(self, events: Iterator[Any]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for event in events:
+            data = event if isinstance(event, str) else json.dumps(event)
+            raw = f"data: {data}\n\n".encode()
+            self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _timed_chunks(self, max_tokens: int) -> Iterator[tuple[int, int]]:
+        """(tokens in this chunk, tokens so far), paced by the config."""
+        cfg = self.server.config
+        time.sleep(cfg.ttft_s)
+        done = 0
+        while done < max_tokens:
+            step = min(cfg.tokens_per_chunk, max_tokens - done)
+            done += step
+            yield step, done
+            if done < max_tokens:
+                time.sleep(cfg.chunk_interval_s)
+
+    # -- routes --------------------------------------------------------------------------
+    def do_GET(self) -> None:
+        cfg = self.server.config
+        if self.path in ("/server_info", "/get_server_info"):
+            self._json(
+                {
+                    "version": cfg.version,
+                    "model_path": "/models/Kimi-K2.6",
+                    "tp_size": 8,
+                    "speculative_algorithm": cfg.speculative_algorithm,
+                    "speculative_num_draft_tokens": 8 if cfg.speculative_algorithm else None,
+                    "internal_states": [{"avg_spec_accept_length": cfg.metrics_accept_length}],
+                    **cfg.extra_server_info,
+                }
+            )
+        elif self.path == "/model_info":
+            self._json({"model_path": "/models/Kimi-K2.6", "tokenizer_path": None, "model_type": "kimi_k25"})
+        elif self.path == "/v1/models":
+            self._json({"object": "list", "data": [{"id": "kimi-k2.6", "object": "model"}]})
+        elif self.path == "/metrics":
+            value = cfg.metrics_accept_length
+            lines = [
+                "# HELP sglang:spec_accept_length Mean acceptance length",
+                "# TYPE sglang:spec_accept_length gauge",
+            ]
+            if value is not None:
+                lines.append(f'sglang:spec_accept_length{{model_name="kimi",engine_type="unified"}} {value}')
+            self._text("\n".join(lines) + "\n")
+        else:
+            self._json({"error": "not found"}, 404)
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}")
+        self.server.requests_seen.append((self.path, body))
+        if self.path == "/generate":
+            self._generate(body)
+        elif self.path in ("/v1/completions", "/v1/chat/completions"):
+            self._openai(body, chat=self.path.endswith("chat/completions"))
+        elif self.path == "/v1/tokenize":
+            tokens = [ord(ch) for ch in body.get("prompt", "")]
+            self._json({"tokens": tokens, "count": len(tokens), "max_model_len": 262144})
+        elif self.path == "/v1/detokenize":
+            self._json({"text": "".join(chr(t) for t in body.get("tokens", []))})
+        else:
+            self._json({"error": "not found"}, 404)
+
+    def _generate(self, body: dict[str, Any]) -> None:
+        cfg = self.server.config
+        if cfg.fail_generate:
+            self._json({"error": {"message": "boom"}}, 500)
+            return
+        prompt_tokens = len(body["input_ids"]) if "input_ids" in body else len(body.get("text", ""))
+        max_tokens = int(body["sampling_params"]["max_new_tokens"])
+
+        def events() -> Iterator[Any]:
+            for verify, (_, done) in enumerate(self._timed_chunks(max_tokens), start=1):
+                yield {
+                    "text": "x" * done,
+                    "output_ids": list(range(done)),
+                    "meta_info": {
+                        "id": "req",
+                        "prompt_tokens": prompt_tokens,
+                        "completion_tokens": done,
+                        "spec_verify_ct": verify,
+                        "spec_accept_length": done / verify,
+                        "finish_reason": {"type": "length"} if done == max_tokens else None,
+                    },
+                }
+            yield "[DONE]"
+
+        self._sse(events())
+
+    def _openai(self, body: dict[str, Any], chat: bool) -> None:
+        cfg = self.server.config
+        if chat:
+            prompt_text = " ".join(m["content"] for m in body["messages"])
+            prompt_tokens = len(prompt_text) + 10  # the chat template's tokens
+        else:
+            prompt = body["prompt"]
+            prompt_text = prompt if isinstance(prompt, str) else ""
+            prompt_tokens = len(prompt)
+        max_tokens = int(body.get("max_tokens", 16))
+        if not body.get("stream"):
+            text = cfg.responder(prompt_text) if cfg.responder else "ok"
+            choice: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": text}
+            else:
+                choice["text"] = text
+            if body.get("return_meta_info"):
+                choice["meta_info"] = {
+                    "spec_accept_length": 3.7,
+                    "spec_verify_ct": 10,
+                    "completion_tokens": 37,
+                }
+            self._json(
+                {
+                    "choices": [choice],
+                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 37, "total_tokens": 0},
+                }
+            )
+            return
+        continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
+
+        def events() -> Iterator[Any]:
+            if chat:
+                yield {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+            for step, done in self._timed_chunks(max_tokens):
+                piece = "y" * step
+                choice = {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
+                if done == max_tokens:
+                    choice["finish_reason"] = "length"
+                event: dict[str, Any] = {"choices": [choice]}
+                if continuous:
+                    event["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": done}
+                yield event
+            yield {"choices": [], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens}}
+            yield "[DONE]"
+
+        self._sse(events())
+
+
+class _DoubleServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # 64 concurrent connections must not be refused
+    config: DoubleConfig
+    requests_seen: list[tuple[str, dict[str, Any]]]
+
+
+@contextmanager
+def serve(config: DoubleConfig | None = None) -> Iterator[tuple[str, _DoubleServer]]:
+    """Run the double on 127.0.0.1 (a free port) in a thread; yields (base URL, server)."""
+    server = _DoubleServer(("127.0.0.1", 0), _Handler)
+    server.config = config or DoubleConfig()
+    server.requests_seen = []
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
