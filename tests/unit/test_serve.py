@@ -372,3 +372,23 @@ def test_block_size_prefers_explicit_flag() -> None:
     assert serve.block_size_of(argv) == 8
     assert serve.block_size_of(["--speculative-num-draft-tokens=8"]) == 8
     assert serve.block_size_of([]) is None
+
+
+@pytest.mark.parametrize("target", ["pro6000", "b300"])
+def test_real_profiles_dry_run(target: str, clean_env, capsys) -> None:
+    """The committed env/targets profiles assemble into a DDTree launch with the measured settings."""
+    clean_env.setenv("DDTREE_TARGET", target)
+    repo_env = Path(__file__).resolve().parents[2] / "env"
+    assert run_serve(repo_env, "--dry-run") == 0
+    out = capsys.readouterr().out
+    for line in (
+        "--speculative-algorithm DDTREE",
+        "--speculative-num-draft-tokens 8",
+        "--speculative-ddtree-budget 8",
+        "--speculative-ddtree-topk 4",
+        "--speculative-draft-window-size 2048",
+        "--model-path /models/target",
+        "--speculative-draft-model-path /models/drafter",
+        "--tp 8",
+    ):
+        assert f"    {line} \\" in out or out.rstrip().endswith(f"    {line}"), line

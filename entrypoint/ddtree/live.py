@@ -1,0 +1,292 @@
+"""`ddtree selfcheck --live URL`: does the running server reproduce the measured DDTree result?
+
+Steps, each a named check: /health answers 200; the server's info (/server_info, or the deprecated
+/get_server_info, both in SGLang 0.5.13.post1's http_server.py) shows speculative_algorithm DDTREE with the
+measured settings (env/reference settings: num-draft-tokens, DDTree budget and top-k, drafter window);
+one warm-up and one short greedy generation through /generate (streamed: its meta_info carries
+spec_accept_length and spec_verify_ct per request, which SGLang's OpenAI routes do not stream); decode
+tok/s measured here between the first and the last token, acceptance length as the server reports it.
+
+Verdict against the reference's single-request DDTree result, with a relative tolerance:
+    REPRODUCED  DDTree active with the measured settings, tok/s and acceptance length at or above the
+                reference minimum (less the tolerance)
+    DEGRADED    DDTree active with the right settings, but tok/s or acceptance length below that
+    FAILED      unhealthy, not DDTree, different settings, generation failed, or no speculative metadata
+An unreachable server is "could not run" (exit 2): there is nothing to judge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddtree import reference as reference_mod
+from ddtree.bench.client import Client, GenerationRequest, RequestResult
+from ddtree.errors import UserError
+
+REPRODUCED = "REPRODUCED"
+DEGRADED = "DEGRADED"
+FAILED = "FAILED"
+COULD_NOT_RUN = "COULD NOT RUN"
+EXIT_CODES = {REPRODUCED: 0, DEGRADED: 1, FAILED: 1, COULD_NOT_RUN: 2}
+
+REFERENCE_ID = "ddtree-single"
+DEFAULT_TOLERANCE = 0.10
+DEFAULT_MAX_TOKENS = 256
+# A coding prompt: the original measurements were on coding work, where DFlash drafts are accepted most.
+PROMPT = (
+    "Write a Python function `merge_intervals(intervals)` that merges overlapping closed intervals and "
+    "returns them sorted. Include a docstring and three doctest examples, then explain its complexity.\n"
+)
+
+
+@dataclass
+class LiveCheck:
+    """One step of the live check: pass, warn (degraded), fail, or skip (not reached)."""
+
+    name: str
+    status: str
+    detail: str
+    value: Any = None
+
+
+@dataclass
+class LiveReport:
+    url: str
+    verdict: str
+    checks: list[LiveCheck] = field(default_factory=list)
+    figures: dict[str, Any] = field(default_factory=dict)
+    expected: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "checks": [vars(c) for c in self.checks],
+            "figures": self.figures,
+            "expected": self.expected,
+        }
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What the reference says a healthy DDTree server shows and measures."""
+
+    settings: dict[str, Any]
+    min_tok_s: float
+    max_tok_s: float
+    min_accept: float | None
+    max_accept: float | None
+    source: str
+
+
+def default_reference_path() -> Path:
+    from ddtree.targets import default_targets_dir
+
+    return default_targets_dir().parent / "reference" / "results.yaml"
+
+
+def load_expectation(path: Path | None = None, result_id: str = REFERENCE_ID) -> Expectation:
+    path = path or default_reference_path()
+    ref = reference_mod.load_reference(path)
+    result = ref.results.get(result_id)
+    if result is None or "output_tokens_per_s" not in result.figures:
+        raise UserError(
+            f"{path}: no result {result_id!r} with output_tokens_per_s; the live verdict needs the "
+            "single-request DDTree figure",
+            exit_code=2,
+        )
+    tok = result.figures["output_tokens_per_s"]
+    accept = result.figures.get("acceptance_length")
+    settings = {"speculative-algorithm": result.algorithm, **ref.settings}
+    return Expectation(
+        settings=settings,
+        min_tok_s=tok.min,
+        max_tok_s=tok.max,
+        min_accept=accept.min if accept else None,
+        max_accept=accept.max if accept else None,
+        source=str(path),
+    )
+
+
+def _info_key(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def _same(expected: Any, actual: Any) -> bool:
+    if isinstance(expected, str) or isinstance(actual, str):
+        return str(expected).upper() == str(actual).upper()
+    try:
+        return float(expected) == float(actual)
+    except (TypeError, ValueError):
+        return expected == actual
+
+
+def check_settings(info: dict[str, Any], expected: dict[str, Any]) -> LiveCheck:
+    """Every measured setting is what the server runs with (its server_args are in the info dump)."""
+    wrong = []
+    for flag, want in expected.items():
+        key = _info_key(flag)
+        if key not in info:
+            wrong.append(f"{key} absent (is the DDTree patch set applied?)")
+        elif not _same(want, info[key]):
+            wrong.append(f"{key}={info[key]!r}, expected {want!r}")
+    shown = {_info_key(f): info.get(_info_key(f)) for f in expected}
+    if wrong:
+        return LiveCheck(
+            "settings", "fail", "; ".join(wrong) + ": start the server with the target profile", shown
+        )
+    return LiveCheck("settings", "pass", ", ".join(f"{k}={v}" for k, v in shown.items()), shown)
+
+
+def _at_least(value: float, minimum: float, tolerance: float) -> bool:
+    return value >= minimum * (1.0 - tolerance)
+
+
+def run_live(
+    url: str,
+    expectation: Expectation,
+    tolerance: float = DEFAULT_TOLERANCE,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    timeout: float = 600.0,
+    api_key: str | None = None,
+) -> LiveReport:
+    """Run every step; stop at the first failure (later steps are reported as skipped)."""
+    client = Client(url, api="generate", timeout=timeout, api_key=api_key)
+    report = LiveReport(
+        url=url,
+        verdict=FAILED,
+        expected={
+            "settings": expectation.settings,
+            "output_tokens_per_s": [expectation.min_tok_s, expectation.max_tok_s],
+            "acceptance_length": [expectation.min_accept, expectation.max_accept],
+            "tolerance": tolerance,
+            "source": expectation.source,
+        },
+    )
+    names = ["health", "server_info", "settings", "generation", "decode_tok_s", "accept_length"]
+
+    def finish(verdict: str) -> LiveReport:
+        done = {c.name for c in report.checks}
+        report.checks += [LiveCheck(n, "skip", "not reached") for n in names if n not in done]
+        report.verdict = verdict
+        return report
+
+    status, body = client.get_text("/health", timeout=30)
+    if status == 0:
+        report.checks.append(
+            LiveCheck(
+                "health", "fail", f"{url} does not answer ({body}): is the server up and the port right?"
+            )
+        )
+        return finish(COULD_NOT_RUN)
+    if status != 200:
+        report.checks.append(
+            LiveCheck(
+                "health", "fail", f"GET /health -> HTTP {status}: still loading, or unhealthy (see logs)"
+            )
+        )
+        return finish(FAILED)
+    report.checks.append(LiveCheck("health", "pass", "GET /health -> 200"))
+
+    info = client.get_json("/server_info") or client.get_json("/get_server_info")
+    if not isinstance(info, dict):
+        report.checks.append(
+            LiveCheck(
+                "server_info", "fail", "neither /server_info nor /get_server_info answers JSON: not SGLang?"
+            )
+        )
+        return finish(FAILED)
+    report.figures["sglang_version"] = info.get("version")
+    report.checks.append(
+        LiveCheck("server_info", "pass", f"SGLang {info.get('version')}", info.get("version"))
+    )
+    settings = check_settings(info, expectation.settings)
+    report.checks.append(settings)
+    if settings.status != "pass":
+        return finish(FAILED)
+
+    warm = client.stream(GenerationRequest(prompt_text=PROMPT, max_tokens=16, temperature=0.0))
+    result: RequestResult = (
+        client.stream(GenerationRequest(prompt_text=PROMPT, max_tokens=max_tokens, temperature=0.0))
+        if warm.ok
+        else warm
+    )
+    if not result.ok:
+        report.checks.append(LiveCheck("generation", "fail", f"POST /generate failed: {result.error}"))
+        return finish(FAILED)
+    report.figures.update(
+        output_tokens=result.output_tokens,
+        ttft_s=result.ttft_s,
+        decode_tok_s=result.decode_tok_s,
+        accept_length=result.accept_length,
+        verify_ct=result.verify_ct,
+    )
+    if not result.verify_ct or result.accept_length is None:
+        report.checks.append(
+            LiveCheck(
+                "generation",
+                "fail",
+                f"{result.output_tokens} tokens but no spec_verify_ct/spec_accept_length in meta_info: "
+                "speculative decoding did not run",
+            )
+        )
+        return finish(FAILED)
+    report.checks.append(
+        LiveCheck("generation", "pass", f"{result.output_tokens} tokens in {result.verify_ct} verify steps")
+    )
+
+    degraded = False
+    tok_s = result.decode_tok_s
+    if tok_s is None:
+        report.checks.append(LiveCheck("decode_tok_s", "fail", "too few tokens to time the decode"))
+        return finish(FAILED)
+    want = f"reference {expectation.min_tok_s:g}-{expectation.max_tok_s:g}, tolerance {tolerance:.0%}"
+    if _at_least(tok_s, expectation.min_tok_s, tolerance):
+        report.checks.append(LiveCheck("decode_tok_s", "pass", f"{tok_s:.1f} tok/s ({want})", tok_s))
+    else:
+        degraded = True
+        report.checks.append(
+            LiveCheck(
+                "decode_tok_s",
+                "warn",
+                f"{tok_s:.1f} tok/s is below {want}: check GPU clocks, P2P settings and other load",
+                tok_s,
+            )
+        )
+    accept = result.accept_length
+    if expectation.min_accept is None:
+        report.checks.append(
+            LiveCheck("accept_length", "pass", f"{accept:.2f} (no reference figure)", accept)
+        )
+    else:
+        want = f"reference {expectation.min_accept:g}-{expectation.max_accept:g}, tolerance {tolerance:.0%}"
+        if _at_least(accept, expectation.min_accept, tolerance):
+            report.checks.append(LiveCheck("accept_length", "pass", f"{accept:.2f} ({want})", accept))
+        else:
+            degraded = True
+            report.checks.append(
+                LiveCheck(
+                    "accept_length",
+                    "warn",
+                    f"{accept:.2f} is below {want}: wrong drafter, or a DDTree setting differs",
+                    accept,
+                )
+            )
+    return finish(DEGRADED if degraded else REPRODUCED)
+
+
+def render_table(report: LiveReport) -> str:
+    """A table for people: one row per step, then the verdict."""
+    marks = {"pass": "ok", "warn": "WARN", "fail": "FAIL", "skip": "-"}
+    width = max(len(c.name) for c in report.checks)
+    lines = [f"live self-check of {report.url}"]
+    lines += [f"  {marks[c.status]:<4}  {c.name:<{width}}  {c.detail}" for c in report.checks]
+    lines.append(f"verdict: {report.verdict}")
+    return "\n".join(lines)
