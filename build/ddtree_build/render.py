@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -29,8 +30,6 @@ DEFAULT_TARGET = "pro6000"
 DEFAULT_BASE = "nvidia"
 TEMPLATE_NAME = "Dockerfile.j2"
 COMMITTED_DOCKERFILE = REPO_ROOT / "Dockerfile"
-# Which lock profile of env/locks.yaml each base installs (the base's own Python decides).
-BASE_LOCK_PROFILE: Mapping[str, str] = {"bootstrap": "py311", "nvidia": "py312"}
 # What the base stage needs from apt (Debian and Ubuntu share the names): Python with venv and headers, gcc
 # for Triton's launcher stubs, g++ as nvcc's host compiler for flashinfer's JIT, NUMA and OpenMP runtimes.
 # The registry-free base already carries them (base_image.PACKAGES); only what it lacks is installed there.
@@ -47,7 +46,6 @@ APT_PACKAGES: tuple[str, ...] = (
 )
 VENV_DIR = "/opt/venv"
 DEFAULT_PORT = 30000
-DEFAULT_NVIDIA_BASE = "nvidia/cuda:13.0.2-cudnn-devel-ubuntu24.04"
 
 
 @dataclass(frozen=True)
@@ -99,41 +97,24 @@ def _dig(data: Any, *keys: str) -> Any:
     return data
 
 
-def _base_image_facts(system: Mapping[str, Any]) -> tuple[str, str]:
-    """(image reference without digest, digest or "") of the nvidia base from env/system.yaml."""
-    section = system.get("base_image") or system.get("base-image") or {}
-    if isinstance(section, str):
-        ref, _, digest = section.partition("@")
-        return ref, digest
-    ref = section.get("reference") or section.get("image") or ""
-    if not ref and section.get("repository") and section.get("tag"):
-        ref = f"{section['repository']}:{section['tag']}"
-    if not ref and section.get("tag"):
-        tag = str(section["tag"])
-        ref = tag if ":" in tag or "/" in tag else f"nvidia/cuda:{tag}"
-    ref, _, inline_digest = str(ref or DEFAULT_NVIDIA_BASE).partition("@")
-    digest = str(section.get("digest") or inline_digest or "")
-    if digest and not digest.startswith("sha256:"):
-        raise UserError(f"env/system.yaml: base image digest {digest!r} must look like sha256:<64 hex>")
-    return ref, digest
+def _base_facts(system: Mapping[str, Any], base: str) -> Mapping[str, Any]:
+    """env/system.yaml bases.<base>: image, tag, digest (or null), python, lock."""
+    facts = _dig(system, "bases", base)
+    missing = [key for key in ("image", "tag", "python", "lock") if not _dig(facts, key)]
+    if missing:
+        raise UserError(f"env/system.yaml: bases.{base} needs {', '.join(missing)}; add them")
+    digest = facts.get("digest") or ""
+    if digest and not re.fullmatch(r"sha256:[0-9a-f]{64}", str(digest)):
+        raise UserError(f"env/system.yaml: bases.{base}.digest {digest!r} must be sha256:<64 hex> or null")
+    return facts
 
 
 def _cuda_version(system: Mapping[str, Any]) -> str:
-    cuda = system.get("cuda")
-    version = cuda.get("version") if isinstance(cuda, Mapping) else cuda
+    """The CUDA toolkit version of the original host (nvcc's, e.g. 13.0.88; else cuda.version)."""
+    version = _dig(system, "cuda", "nvcc") or _dig(system, "cuda", "version")
     if not version:
-        raise UserError("env/system.yaml: no CUDA version (cuda: {version: 13.0.88}); add it")
+        raise UserError("env/system.yaml: no CUDA version (cuda: {version, nvcc}); add it")
     return str(version)
-
-
-def _lock_profile(base: str) -> tuple[str, str]:
-    """(python version, lock path relative to the repo) for a base, from env/locks.yaml."""
-    profiles = _dig(_load_yaml(ENV_DIR / "locks.yaml"), "profiles") or {}
-    name = BASE_LOCK_PROFILE[base]
-    profile = profiles.get(name)
-    if not isinstance(profile, Mapping) or "output" not in profile or "python" not in profile:
-        raise UserError(f"env/locks.yaml: profile {name!r} (used by the {base} base) needs output and python")
-    return str(profile["python"]), f"env/{profile['output']}"
 
 
 def sglang_version_of(requirements: Path) -> str:
@@ -161,22 +142,14 @@ def sglang_version_of(requirements: Path) -> str:
 
 
 def _target_facts(target: str) -> tuple[int, tuple[tuple[str, str], ...]]:
-    """(server port, sorted environment) of env/targets/<target>.yaml."""
-    data = _load_yaml(ENV_DIR / "targets" / f"{target}.yaml") or {}
-    port = _dig(data, "server", "port") or _dig(data, "port") or DEFAULT_PORT
-    if isinstance(_dig(data, "server", "args"), Mapping):
-        port = _dig(data, "server", "args", "port") or port
-    env = data.get("environment") or data.get("env") or {}
-    if not isinstance(env, Mapping):
-        raise UserError(f"env/targets/{target}.yaml: environment must be a mapping NAME: value")
-    pairs = []
-    for key, value in env.items():
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            raise UserError(
-                f"env/targets/{target}.yaml: environment {key}={value!r} must be a string or number"
-            )
-        pairs.append((str(key), str(value)))
-    return int(port), tuple(sorted(pairs))
+    """(server port, sorted environment) of env/targets/<target>.yaml, validated by ddtree.targets."""
+    from ddtree.targets import load_target
+
+    profile = load_target(target, ENV_DIR / "targets")
+    port = profile.server_args.get("port", DEFAULT_PORT)
+    if isinstance(port, bool) or not isinstance(port, int):
+        raise UserError(f"env/targets/{target}.yaml: server_args.port {port!r} must be an integer")
+    return port, tuple(sorted(profile.environment.items()))
 
 
 def bootstrap_base_image() -> str:
@@ -205,11 +178,13 @@ def build_context(target: str, base: str) -> RenderContext:
         raise UserError(f"unknown base {base!r}; choose one of {', '.join(BASES)}")
     system = _load_yaml(ENV_DIR / "system.yaml") or {}
     cuda_version = _cuda_version(system)
+    facts = _base_facts(system, base)
     if base == "nvidia":
-        base_image, base_digest = _base_image_facts(system)
+        base_image, base_digest = f"{facts['image']}:{facts['tag']}", str(facts.get("digest") or "")
     else:
+        # The recipe-digest tag (base_image.py) rather than system.yaml's family tag: exactly one tree.
         base_image, base_digest = bootstrap_base_image(), ""
-    python_version, lock_file = _lock_profile(base)
+    python_version, lock_file = str(facts["python"]), f"env/{facts['lock']}"
     freeze = ENV_DIR / "freeze.txt"
     sglang_version = sglang_version_of(freeze if freeze.exists() else REPO_ROOT / lock_file)
     port, target_env = _target_facts(target)

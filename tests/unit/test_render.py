@@ -23,18 +23,17 @@ HADOLINT = Path(sys.executable).parent / "hadolint"
 DIGEST = "sha256:" + "ab" * 32
 
 
-def _write_env(folder: Path, *, digest: str | None = DIGEST, env: dict | None = None) -> Path:
-    """A minimal env/ with the fields render reads: system.yaml, locks.yaml, freeze.txt, two targets."""
+def _write_env(folder: Path, *, digest: str | None = DIGEST, reverse_env: bool = False) -> Path:
+    """A copy of the real env/ fields render reads, with the nvidia digest and env order under test control."""
     (folder / "targets").mkdir(parents=True)
-    base = {"repository": "nvidia/cuda", "tag": "13.0.2-cudnn-devel-ubuntu24.04"}
-    if digest is not None:
-        base["digest"] = digest
-    (folder / "system.yaml").write_text(yaml.safe_dump({"cuda": {"version": "13.0.88"}, "base_image": base}))
-    (folder / "locks.yaml").write_text((REPO / "env" / "locks.yaml").read_text())
+    system = yaml.safe_load((REPO / "env" / "system.yaml").read_text())
+    system["bases"]["nvidia"]["digest"] = digest
+    (folder / "system.yaml").write_text(yaml.safe_dump(system))
     (folder / "freeze.txt").write_text("# header\nsglang==0.5.13.post1\ntorch==2.11.0\n")
-    environment = env if env is not None else {"SGLANG_ENABLE_JIT_DEEPGEMM": "0", "NCCL_P2P_DISABLE": "1"}
     for target in render.TARGETS:
-        doc = {"name": target, "environment": environment, "server": {"port": 30000}}
+        doc = yaml.safe_load((REPO / "env" / "targets" / f"{target}.yaml").read_text())
+        env = {**doc.get("environment", {}), "AA_QUOTED": "x $y"}
+        doc["environment"] = dict(sorted(env.items(), reverse=reverse_env))
         (folder / "targets" / f"{target}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     return folder
 
@@ -65,13 +64,22 @@ def test_render_is_byte_stable_and_independent_of_input_order(
 ) -> None:
     first = render.render("pro6000", "nvidia")
     assert render.render("pro6000", "nvidia") == first
-    reordered = _write_env(
-        tmp_path / "env2", env={"NCCL_P2P_DISABLE": "1", "SGLANG_ENABLE_JIT_DEEPGEMM": "0"}
-    )
-    monkeypatch.setattr(render, "ENV_DIR", reordered)
+    monkeypatch.setattr(render, "ENV_DIR", _write_env(tmp_path / "env2", reverse_env=True))
     assert render.render("pro6000", "nvidia") == first
-    env_lines = [line for line in first.splitlines() if "NCCL_P2P_DISABLE=1" in line or "DEEPGEMM" in line]
-    assert env_lines == ["ENV NCCL_P2P_DISABLE=1 \\", "    SGLANG_ENABLE_JIT_DEEPGEMM=0"]
+    block = _env_block(first)
+    assert block == sorted(block) and block[0] == 'AA_QUOTED="x \\$y"' and "NCCL_P2P_DISABLE=1" in block
+
+
+def _env_block(text: str) -> list[str]:
+    """NAME=value items of the target-environment ENV instruction."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if "target's environment" in line) + 1
+    items = []
+    for line in lines[start:]:
+        items.append(line.removeprefix("ENV ").strip().rstrip("\\").strip())
+        if not line.endswith("\\"):
+            break
+    return items
 
 
 def test_render_is_the_same_in_another_process(fake_env: Path) -> None:
@@ -200,8 +208,10 @@ def test_env_values_are_quoted_for_docker() -> None:
 def test_bad_inputs_are_one_line_errors(fake_env: Path) -> None:
     with pytest.raises(UserError, match="unknown target 'h100'"):
         render.build_context("h100", "nvidia")
-    (fake_env / "targets" / "b300.yaml").write_text("environment: {NCCL_DEBUG: [1, 2]}\n")
-    with pytest.raises(UserError, match=r"b300.yaml: environment NCCL_DEBUG"):
+    doc = yaml.safe_load((fake_env / "targets" / "b300.yaml").read_text())
+    doc["environment"]["NCCL_DEBUG"] = 1
+    (fake_env / "targets" / "b300.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(UserError, match=r"b300\.yaml: environment\.NCCL_DEBUG: must be a quoted string"):
         render.build_context("b300", "nvidia")
     (fake_env / "system.yaml").unlink()
     with pytest.raises(UserError, match=r"system\.yaml is missing"):

@@ -1,0 +1,312 @@
+"""`ddtree-build image`: env/ + patches/ -> a tagged, labelled image, built with BuildKit.
+
+Why a staged build context: only what the Dockerfile copies (env/, patches/, the ddtree runtime package)
+enters it, so nothing else of the checkout (venvs, caches, credentials) can reach the builder, and the
+context's bytes are exactly the inputs the labels describe. The per-commit facts (revision, commit time,
+freeze and patch-series digests) go in as build arguments, consumed only by the last layer.
+Secrets (the host CA bundle, an HF token) go in as BuildKit secrets: mounted for one step, never stored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ddtree.fsutil import atomic_write, sha256_file
+
+from ddtree_build import engine, render
+from ddtree_build.errors import UserError
+from ddtree_build.paths import CACHE_DIR, ENV_DIR, PATCHES_DIR, REPO_ROOT
+
+BASE_CHOICES: tuple[str, ...] = ("auto", *render.BASES)
+DEFAULT_NAME = "ddtree"
+REGISTRY_HOST = "registry-1.docker.io"
+REGISTRY_PROBE_TIMEOUT_S = 3.0
+# What the Dockerfile copies from the context; the staged context holds exactly these.
+CONTEXT_DIRS: tuple[str, ...] = ("env", "patches", "entrypoint/ddtree")
+# Where a lock given with --lock lands inside the context (LOCK_FILE points at it).
+OVERRIDE_LOCK = "build-inputs/requirements.lock"
+LABEL_PREFIXES: tuple[str, ...] = ("org.opencontainers.image.", "io.ddtree.")
+
+
+@dataclass
+class ImageResult:
+    """What a build produced; printed as the summary and returned to tests and benchmarks."""
+
+    tags: list[str]
+    image_id: str
+    size_bytes: int
+    labels: dict[str, str]
+    base: str
+    seconds: float
+    dockerfile: Path
+    build_args: dict[str, str] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- facts from git and the work tree
+
+
+def _git(*args: str) -> str:
+    out = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, check=False)
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def commit_facts() -> tuple[str, str, int]:
+    """(full sha or "unknown", short tag form, commit time) of HEAD; "-dirty" when the inputs changed.
+
+    Dirty means a tracked or untracked change under what enters the image (env/, patches/, entrypoint/,
+    the template): such an image is not the commit's, and its tag and revision label say so.
+    """
+    sha = _git("rev-parse", "HEAD")
+    if not sha:
+        return "unknown", "nogit", 0
+    epoch = int(_git("log", "-1", "--format=%ct") or 0)
+    paths = [*CONTEXT_DIRS, str(render.TEMPLATES_DIR.relative_to(REPO_ROOT))]
+    dirty = bool(_git("status", "--porcelain", "--", *paths))
+    suffix = "-dirty" if dirty else ""
+    return sha + suffix, sha[:12] + suffix, epoch
+
+
+def rfc3339(epoch: int) -> str:
+    return dt.datetime.fromtimestamp(epoch, tz=dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def patch_series_digest() -> str:
+    """The patch engine's own digest of patches/series.yaml and its diffs ("none" without a series)."""
+    series_file = PATCHES_DIR / "series.yaml"
+    if not series_file.exists():
+        return "none"
+    from ddtree.patchset import series
+
+    return series.load(series_file).digest()
+
+
+def build_args_for(ctx: render.RenderContext, lock_file: str, pip_check: bool) -> dict[str, str]:
+    """The per-commit ARGs of the Dockerfile (see its header); sorted so the command line is stable."""
+    from ddtree import __version__
+
+    revision, short, epoch = commit_facts()
+    freeze = ENV_DIR / "freeze.txt"
+    args = {
+        "BASE_IMAGE": ctx.base_image,
+        "FREEZE_SHA256": sha256_file(freeze) if freeze.exists() else "none",
+        "IMAGE_CREATED": rfc3339(epoch),
+        "IMAGE_VERSION": f"{__version__}+g{short}",
+        "LOCK_FILE": lock_file,
+        "PATCHES_SHA256": patch_series_digest(),
+        "PIP_CHECK": "1" if pip_check else "0",
+        "SOURCE_DATE_EPOCH": str(epoch),
+        "VCS_REF": revision,
+    }
+    if ctx.base == "nvidia":
+        args["BASE_DIGEST"] = ctx.base_digest
+    return dict(sorted(args.items()))
+
+
+# ---------------------------------------------------------------- base choice
+
+
+def registry_reachable(host: str = REGISTRY_HOST, timeout: float = REGISTRY_PROBE_TIMEOUT_S) -> str | None:
+    """None when a TCP connection to the registry opens within `timeout`; else the reason it did not."""
+    try:
+        with socket.create_connection((host, 443), timeout=timeout):
+            return None
+    except OSError as exc:
+        return f"{host}:443: {exc.strerror or exc}"
+
+
+def choose_base(requested: str, say: Callable[[str], None]) -> str:
+    """auto -> nvidia when Docker Hub answers, else the registry-free base (said out loud)."""
+    if requested != "auto":
+        return requested
+    reason = registry_reachable()
+    if reason is None:
+        say(f"image: {REGISTRY_HOST} answers; using the nvidia CUDA base")
+        return "nvidia"
+    say(f"image: no container registry reachable ({reason}); using the registry-free base (debootstrap)")
+    return "bootstrap"
+
+
+# ---------------------------------------------------------------- context and secrets
+
+
+def stage_context(folder: Path, dockerfile_text: str, lock: Path | None) -> Path:
+    """A fresh build context with the Dockerfile and exactly CONTEXT_DIRS (+ an override lock)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".*.tmp")
+    for rel in CONTEXT_DIRS:
+        src = REPO_ROOT / rel
+        if src.is_dir():
+            shutil.copytree(src, folder / rel, ignore=ignore)
+        else:
+            (folder / rel).mkdir(parents=True)
+    if lock is not None:
+        if not lock.is_file():
+            raise UserError(f"--lock {lock}: no such file; pass a lock written by `ddtree-build lock`")
+        (folder / OVERRIDE_LOCK).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(lock, folder / OVERRIDE_LOCK)
+    atomic_write(folder / "Dockerfile", dockerfile_text)
+    return folder / "Dockerfile"
+
+
+@contextlib.contextmanager
+def build_secrets(hf_token: str | None) -> Iterator[dict[str, Path]]:
+    """id -> file for `--secret`: the host CA bundle, and the HF token in a 0600 file deleted afterwards."""
+    secrets: dict[str, Path] = {}
+    if engine.HOST_CA_BUNDLE.is_file():
+        secrets["ca"] = engine.HOST_CA_BUNDLE
+    with tempfile.TemporaryDirectory(prefix="ddtree-secrets-") as tmp:
+        if hf_token:
+            token_file = Path(tmp) / "hf_token"
+            token_file.touch(mode=0o600)
+            token_file.write_text(hf_token)
+            secrets["hf_token"] = token_file
+        yield secrets
+
+
+# ---------------------------------------------------------------- build and report
+
+
+def inspect_image(tag: str) -> dict:
+    out = subprocess.run(
+        [engine.docker_cli(), "image", "inspect", tag], capture_output=True, text=True, check=False
+    )
+    if out.returncode != 0:
+        raise UserError(f"docker image inspect {tag} failed: {out.stderr.strip()}")
+    return json.loads(out.stdout)[0]
+
+
+def build(
+    target: str,
+    base: str = "auto",
+    name: str = DEFAULT_NAME,
+    *,
+    lock: Path | None = None,
+    pip_check: bool | None = None,
+    hf_token: str | None = None,
+    log: Path | None = None,
+    extra_tags: tuple[str, ...] = (),
+    say: Callable[[str], None] = print,
+) -> ImageResult:
+    """Set up the engine, render, build with BuildKit, tag `<name>:<target>` and `<name>:<target>-<sha>`."""
+    engine.ensure(say)
+    chosen = choose_base(base, say)
+    if chosen == "bootstrap":
+        from ddtree_build import base_image
+
+        base_image.ensure_base_image(say)
+    ctx = render.build_context(target, chosen)
+    if chosen == "nvidia" and registry_reachable() is not None and not engine.image_exists(ctx.base_image):
+        raise UserError(
+            f"the nvidia base {ctx.base_image} is not here and {REGISTRY_HOST} cannot be reached; "
+            "pull it on a connected host (docker save | docker load) or use --base bootstrap"
+        )
+    text = render.render_text(ctx)
+    folder = CACHE_DIR / "image" / f"context-{target}-{chosen}"
+    dockerfile = stage_context(folder, text, lock)
+    lock_file = OVERRIDE_LOCK if lock is not None else ctx.lock_file
+    if not (folder / lock_file).is_file():
+        raise UserError(f"{lock_file} is missing; run `make lock` (ddtree-build lock) first")
+    build_args = build_args_for(ctx, lock_file, pip_check if pip_check is not None else lock is None)
+    _, short, _ = commit_facts()
+    tags = [f"{name}:{target}", f"{name}:{target}-{short}", *extra_tags]
+    iid_file = folder.parent / f"iid-{target}-{chosen}"
+    iid_file.unlink(missing_ok=True)
+    extra = ["--iidfile", str(iid_file)]
+    for extra_tag in tags[1:]:
+        extra += ["-t", extra_tag]
+    say(f"image: building {', '.join(tags)} (target {target}, base {chosen}, context {folder})")
+    start = time.monotonic()
+    with build_secrets(hf_token if hf_token is not None else os.environ.get("HF_TOKEN")) as secrets:
+        engine.build_image(
+            folder,
+            tags[0],
+            dockerfile=dockerfile,
+            build_args=build_args,
+            secrets=secrets,
+            log=log,
+            extra_args=extra,
+        )
+    seconds = time.monotonic() - start
+    info = inspect_image(tags[0])
+    labels = {k: v for k, v in sorted((info.get("Config", {}).get("Labels") or {}).items())}
+    return ImageResult(
+        tags=tags,
+        image_id=info["Id"],
+        size_bytes=int(info.get("Size", 0)),
+        labels=labels,
+        base=chosen,
+        seconds=seconds,
+        dockerfile=dockerfile,
+        build_args=build_args,
+    )
+
+
+def summary(result: ImageResult) -> str:
+    lines = [
+        f"image: built in {result.seconds:.0f} s on the {result.base} base",
+        f"  tags:    {'  '.join(result.tags)}",
+        f"  digest:  {result.image_id}  (config digest; a registry digest exists only after a push)",
+        f"  size:    {result.size_bytes / 1e9:.2f} GB ({result.size_bytes} bytes)",
+        "  labels:",
+    ]
+    lines += [f"    {key}={value}" for key, value in result.labels.items() if key.startswith(LABEL_PREFIXES)]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def _cmd_image(args: argparse.Namespace) -> int:
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    result = build(
+        args.target,
+        args.base,
+        args.tag,
+        lock=Path(args.lock) if args.lock else None,
+        pip_check=None if args.pip_check is None else args.pip_check == "on",
+        say=say,
+    )
+    print(summary(result))
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "image",
+        help="render and build the image with BuildKit; tags <name>:<target> and <name>:<target>-<sha>",
+    )
+    parser.add_argument("--target", choices=render.TARGETS, default=render.DEFAULT_TARGET)
+    parser.add_argument(
+        "--base",
+        choices=BASE_CHOICES,
+        default="auto",
+        help="auto: the nvidia CUDA base when Docker Hub answers, else the registry-free base",
+    )
+    parser.add_argument("--tag", default=DEFAULT_NAME, metavar="NAME", help="image name (default: ddtree)")
+    parser.add_argument(
+        "--lock",
+        metavar="FILE",
+        help="install this lock instead of the base's (e.g. env/requirements-ci.lock for a small test image)",
+    )
+    parser.add_argument(
+        "--pip-check",
+        choices=("on", "off"),
+        help="run pip check after the install (default: on for the base's lock, off for --lock)",
+    )
+    parser.set_defaults(func=_cmd_image)
