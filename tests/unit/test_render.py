@@ -24,7 +24,7 @@ DIGEST = "sha256:" + "ab" * 32
 
 
 def _write_env(folder: Path, *, digest: str | None = DIGEST, reverse_env: bool = False) -> Path:
-    """A copy of the real env/ fields render reads, with the nvidia digest and env order under test control."""
+    """The real env/ fields render reads, with the nvidia digest and env order under test control."""
     (folder / "targets").mkdir(parents=True)
     system = yaml.safe_load((REPO / "env" / "system.yaml").read_text())
     system["bases"]["nvidia"]["digest"] = digest
