@@ -1,0 +1,402 @@
+"""Host side of the patch set: check against the pristine wheel, and the quilt-like edit/refresh workflow.
+
+`edit NAME` makes .work/patches/NAME/tree = pristine wheel + the series up to and including NAME, and
+remembers the baseline (the series up to NAME's predecessor): a sha256 of every baseline file and a copy of
+each file the earlier patches changed. `refresh NAME` diffs every file that differs from that baseline
+(new files included), writes NAME's diff, recomputes the pre/post hashes of NAME and of every later patch
+(their pre-images may depend on it), rewrites series.yaml, and checks the whole series again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ddtree.fsutil import atomic_write, sha256_bytes
+from ddtree.patchset import engine, udiff
+from ddtree.patchset import series as series_mod
+from ddtree.patchset.series import NEW, FileSpec, Patch, Series
+from ddtree.patchset.verify import verify
+
+from ddtree_build import pristine
+from ddtree_build.errors import UserError
+from ddtree_build.paths import PATCHES_DIR, REPO_ROOT
+
+WORK_DIR = REPO_ROOT / ".work" / "patches"
+STATE_NAME = "state.json"
+# Editor and patch-tool leftovers never become part of a diff.
+_IGNORED_RE = re.compile(r"(^|/)(__pycache__/|\.#)|(\.pyc|\.pyo|~|\.swp|\.swo|\.orig|\.rej)$")
+_DIFF_NUMBER_RE = re.compile(r"^(\d{4})-")
+
+
+def series_path() -> Path:
+    return PATCHES_DIR / "series.yaml"
+
+
+@dataclass
+class CheckReport:
+    series: Series
+    wheel: Path
+    seconds: float
+    git_checked: bool
+    result: engine.ApplyResult
+
+    def summary(self) -> str:
+        git = "git apply --check agrees" if self.git_checked else "git not found: cross-check skipped"
+        return (
+            f"patches check: OK: {len(self.series.patches)} patch(es), {len(self.result.files)} file(s) "
+            f"applied strictly to pristine {self.wheel.name} and verified; {git}; {self.seconds:.2f} s"
+        )
+
+
+def pristine_reference(series: Series):
+    """A lazy reader of the base version's pristine files (downloads the wheel only when first needed):
+    lets the engine recognise a moved target by its whole pre-image, not just the diff's context lines."""
+    state: dict[str, pristine.WheelReader] = {}
+
+    def read(rel: str) -> bytes | None:
+        if "reader" not in state:
+            try:
+                state["reader"] = pristine.WheelReader(
+                    pristine.ensure_wheel(series.distribution, series.version)
+                )
+            except UserError:
+                return None
+        return state["reader"].read(rel)
+
+    return read
+
+
+def check(path: Path | None = None, against: str | None = None) -> CheckReport:
+    """Apply the series to a temporary extraction of the pristine wheel and verify it. No Docker.
+    `against` names another version's wheel to try the series on (it fails unless that is the base)."""
+    started = time.perf_counter()
+    series = series_mod.load(path or series_path())
+    wheel = pristine.ensure_wheel(series.distribution, against or series.version)
+    reference = pristine_reference(series) if against else None
+    with tempfile.TemporaryDirectory(prefix="ddtree-patches-check-") as tmp:
+        root = pristine.extract(wheel, Path(tmp) / "site-packages")
+        result = engine.apply(root, series, write_bytecode=False, reference=reference)
+        verify(root, series).raise_if_failed()
+    git_checked = _git_cross_check(series, wheel)
+    return CheckReport(series, wheel, time.perf_counter() - started, git_checked, result)
+
+
+def _git_cross_check(series: Series, wheel: Path) -> bool:
+    """Second opinion from `git apply --check` on each patch's pre-images (when git is installed)."""
+    git = shutil.which("git")
+    if not git or not series.patches:
+        return bool(git)
+    reader = pristine.WheelReader(wheel)
+    contents: dict[str, bytes | None] = {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="ddtree-git-check-") as tmp:
+            for patch in series.patches:
+                work = Path(tmp) / patch.id
+                for fp in patch.file_patches:
+                    if fp.path not in contents:
+                        contents[fp.path] = reader.read(fp.path)
+                    if contents[fp.path] is not None:
+                        target = work / fp.path
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        target.write_bytes(contents[fp.path])
+                work.mkdir(parents=True, exist_ok=True)
+                done = subprocess.run(
+                    [git, "apply", "--check", str(series.folder / patch.diff)],
+                    cwd=work,
+                    capture_output=True,
+                    text=True,
+                    env={**os.environ, "GIT_DIR": str(Path(tmp) / "no-repo")},
+                )
+                if done.returncode != 0:
+                    raise UserError(f"git apply --check rejects {patch.diff}: {done.stderr.strip()}")
+                for fp in patch.file_patches:
+                    contents[fp.path] = udiff.apply_file(contents[fp.path], fp, patch.diff)
+    finally:
+        reader.close()
+    return True
+
+
+# ---- edit / refresh -------------------------------------------------------------------------------------
+
+
+def work_dir(name: str) -> Path:
+    return WORK_DIR / name
+
+
+@contextlib.contextmanager
+def series_lock() -> Iterator[None]:
+    """Several maintainers share one checkout: serialize read-modify-write of series.yaml."""
+    PATCHES_DIR.mkdir(parents=True, exist_ok=True)
+    with open(PATCHES_DIR / ".series.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _apply_in_memory(series: Series, patches: list[Patch], read) -> dict[str, bytes | None]:
+    contents, _, problems = engine.simulate(series, read, patches=patches, check_hashes=False)
+    problems = [p for p in problems if "signature(s) not found" not in p]
+    if problems:
+        raise UserError("; ".join(problems))
+    return contents
+
+
+def edit(name: str, new: bool = False, after: str | None = None, force: bool = False) -> Path:
+    """Make the work tree for NAME; returns its path."""
+    with series_lock():
+        series = series_mod.load(series_path(), strict=False)
+    if new:
+        if not re.match(r"^[a-z0-9]+(?:-[a-z0-9]+)*$", name):
+            raise UserError(f"patch name {name!r} must be kebab-case (a-z, 0-9, single dashes)")
+        if any(p.id == name for p in series.patches):
+            raise UserError(f"patch {name} already exists in {series.path}; drop --new to edit it")
+        position = series.index(after) + 1 if after else len(series.patches)
+        baseline, included = series.patches[:position], series.patches[:position]
+    else:
+        if after:
+            raise UserError("--after only goes with --new (a new patch's place in the series)")
+        position = series.index(name)
+        baseline, included = series.patches[:position], series.patches[: position + 1]
+    folder = work_dir(name)
+    if folder.exists():
+        if not force:
+            raise UserError(
+                f"{folder} exists (edits in progress?): run `ddtree-build patches refresh {name}`, "
+                "or pass --force to discard it and start again"
+            )
+        shutil.rmtree(folder)
+    wheel = pristine.ensure_wheel(series.distribution, series.version)
+    WORK_DIR.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=WORK_DIR))
+    try:
+        root = pristine.extract(wheel, staging / "tree")
+        reader = pristine.WheelReader(wheel)
+        try:
+            base_contents = _apply_in_memory(series, baseline, reader.read)
+            full_contents = _apply_in_memory(series, included, reader.read)
+            hashes = {n: sha256_bytes(reader.read(n) or b"") for n in reader.names()}
+        finally:
+            reader.close()
+        for rel, data in base_contents.items():
+            if data is not None:
+                atomic_write(staging / "baseline" / rel, data)
+                hashes[rel] = sha256_bytes(data)
+        for rel, data in full_contents.items():
+            if data is not None:
+                atomic_write(root / rel, data)
+        state = {
+            "name": name,
+            "new": new,
+            "after": after,
+            "wheel": str(wheel),
+            "base_version": series.version,
+            "baseline_patches": [p.id for p in baseline],
+            "baseline_files": sorted(rel for rel, data in base_contents.items() if data is not None),
+            "baseline_hashes": hashes,
+        }
+        atomic_write(staging / STATE_NAME, json.dumps(state, indent=1) + "\n")
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staging, folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return folder / "tree"
+
+
+@dataclass
+class RefreshReport:
+    patch: Patch
+    changed: list[str]
+    rehashed: list[str]
+    check: CheckReport | None
+    problems: list[str]
+
+
+def _changed_files(tree_root: Path, state: dict) -> tuple[dict[str, bytes], list[str]]:
+    """Files in the work tree whose bytes differ from the baseline, and baseline files deleted."""
+    hashes: dict[str, str] = state["baseline_hashes"]
+    changed: dict[str, bytes] = {}
+    seen: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(tree_root):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__" and not d.endswith(".dist-info")]
+        for filename in filenames:
+            rel = (Path(dirpath) / filename).relative_to(tree_root).as_posix()
+            if _IGNORED_RE.search(rel):
+                continue
+            seen.add(rel)
+            data = (tree_root / rel).read_bytes()
+            if hashes.get(rel) != sha256_bytes(data):
+                changed[rel] = data
+    deleted = sorted(
+        rel for rel in hashes if rel not in seen and ".dist-info/" not in rel and not _IGNORED_RE.search(rel)
+    )
+    return changed, deleted
+
+
+def _next_diff_name(series: Series, name: str) -> str:
+    numbers = [int(m.group(1)) for p in series.patches if (m := _DIFF_NUMBER_RE.match(Path(p.diff).name))]
+    return f"{max(numbers, default=0) + 1:04d}-{name}.diff"
+
+
+def _parse_signature_args(values: list[str]) -> dict[str, list[str]]:
+    """--signatures PATH=a,b (PATH may be the file name alone)."""
+    parsed: dict[str, list[str]] = {}
+    for value in values:
+        path, sep, names = value.partition("=")
+        if not sep or not path or not names.strip():
+            raise UserError(f"--signatures {value!r}: write PATH=ident1,ident2")
+        parsed.setdefault(path, []).extend(n.strip() for n in names.split(",") if n.strip())
+    return parsed
+
+
+def _signatures_for(rel: str, old: list[str], extra: dict[str, list[str]]) -> list[str]:
+    sigs = list(old)
+    for key, names in extra.items():
+        if key in (rel, Path(rel).name):
+            sigs.extend(n for n in names if n not in sigs)
+    return sigs
+
+
+def recompute_hashes(series: Series, read) -> list[str]:
+    """Rewrite every pre/post hash from the diffs applied in order to the pristine files.
+    Returns problems (a later patch that no longer applies keeps its old hashes)."""
+    contents: dict[str, bytes | None] = {}
+    broken: set[str] = set()
+    problems: list[str] = []
+    for patch in series.patches:
+        for fp in patch.file_patches:
+            if fp.path in broken:
+                continue
+            if fp.path not in contents:
+                contents[fp.path] = read(fp.path)
+            old = contents[fp.path]
+            try:
+                new = udiff.apply_file(old, fp, str(series.folder / patch.diff))
+            except udiff.HunkError as exc:
+                problems.append(
+                    f"patch {patch.id} no longer applies ({exc}); run `ddtree-build patches edit {patch.id} "
+                    "--force`, redo its change, and refresh it"
+                )
+                broken.add(fp.path)
+                continue
+            spec = patch.spec(fp.path)
+            spec.pre = NEW if old is None else sha256_bytes(old)
+            spec.post = sha256_bytes(new)
+            contents[fp.path] = new
+    return problems
+
+
+def refresh(
+    name: str,
+    purpose: str | None = None,
+    signature_args: list[str] | None = None,
+    run_check: bool = True,
+) -> RefreshReport:
+    """Write NAME's diff and hashes back from its work tree, then check the whole series."""
+    folder = work_dir(name)
+    try:
+        state = json.loads((folder / STATE_NAME).read_text())
+    except FileNotFoundError:
+        raise UserError(f"no work tree for {name}: run `ddtree-build patches edit {name}` first") from None
+    extra_sigs = _parse_signature_args(signature_args or [])
+    changed, deleted = _changed_files(folder / "tree", state)
+    if deleted:
+        raise UserError(
+            f"{folder / 'tree'}: {', '.join(deleted[:5])} deleted; the series format cannot delete files "
+            "(empty the module instead, or restore it)"
+        )
+    if not changed:
+        raise UserError(f"nothing to write: no file under {folder / 'tree'} differs from the baseline")
+    reader = pristine.WheelReader(Path(state["wheel"]))
+    baseline_files = set(state["baseline_files"])
+
+    def baseline(rel: str) -> bytes | None:
+        if rel in baseline_files:
+            return (folder / "baseline" / rel).read_bytes()
+        return reader.read(rel)
+
+    try:
+        with series_lock():
+            series = series_mod.load(series_path(), strict=False)
+            if series.version != state["base_version"]:
+                raise UserError(
+                    f"base.version changed from {state['base_version']} to {series.version} since `edit "
+                    f"{name}`: run `ddtree-build patches edit {name} --force` again"
+                )
+            diff = b"".join(udiff.make_file_diff(rel, baseline(rel), changed[rel]) for rel in sorted(changed))
+            existing = next((p for p in series.patches if p.id == name), None)
+            if existing is None and not state["new"]:
+                raise UserError(
+                    f"patch {name} is no longer in {series.path}; start again with `edit {name} --new`"
+                )
+            if existing is not None and state["new"]:
+                raise UserError(
+                    f"a patch named {name} was added to {series.path} meanwhile; pick another name"
+                )
+            if existing is None:
+                if not purpose:
+                    raise UserError(f'new patch {name} needs --purpose "one line saying why"')
+                position = series.index(state["after"]) + 1 if state["after"] else len(series.patches)
+                patch = Patch(name, purpose, _next_diff_name(series, name), [])
+                series.patches.insert(position, patch)
+                old_sigs: dict[str, list[str]] = {}
+            else:
+                patch = existing
+                patch.purpose = purpose or patch.purpose
+                old_sigs = {s.path: s.signatures for s in patch.files}
+            patch.files = [
+                FileSpec(
+                    rel,
+                    NEW if baseline(rel) is None else sha256_bytes(baseline(rel) or b""),
+                    sha256_bytes(changed[rel]),
+                    _signatures_for(rel, old_sigs.get(rel, []), extra_sigs),
+                )
+                for rel in sorted(changed)
+            ]
+            patch.diff_bytes = diff
+            patch.file_patches = udiff.parse(diff, patch.diff)
+            before = {(p.id, s.path): (s.pre, s.post) for p in series.patches for s in p.files}
+            problems = recompute_hashes(series, reader.read)
+            atomic_write(series.folder / patch.diff, diff)
+            series_mod.write(series)
+            rehashed = sorted(
+                f"{p.id}:{s.path}"
+                for p in series.patches
+                if p.id != name
+                for s in p.files
+                if before.get((p.id, s.path)) != (s.pre, s.post)
+            )
+    finally:
+        reader.close()
+    report = RefreshReport(patch, sorted(changed), rehashed, None, problems)
+    if run_check and not problems:
+        try:
+            report.check = check()
+        except UserError as exc:
+            report.problems.append(f"series check after refresh failed: {exc}")
+    return report
+
+
+def list_patches() -> list[str]:
+    series = series_mod.load(series_path(), strict=False)
+    lines = [f"base: {series.distribution} {series.version} ({len(series.patches)} patch(es))"]
+    for number, patch in enumerate(series.patches, 1):
+        lines.append(f"{number:3d}. {patch.id}: {patch.purpose} [{patch.diff}]")
+        for spec in patch.files:
+            pre = "new" if spec.pre == NEW else (spec.pre or "?")[:12]
+            sigs = ", ".join(spec.signatures) or "no signatures"
+            lines.append(f"       {spec.path}  pre {pre}  post {(spec.post or '?')[:12]}  ({sigs})")
+    return lines

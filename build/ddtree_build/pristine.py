@@ -1,0 +1,103 @@
+"""The pristine wheel of the pinned distribution: downloaded once with pip, cached, read or extracted.
+
+The series is applied to exactly what PyPI ships (a cp312 manylinux_2_34 wheel, the image's interpreter
+and platform), never to a locally installed copy that may already differ.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from ddtree_build.errors import UserError
+from ddtree_build.paths import CACHE_DIR
+
+PYTHON_VERSION = "3.12"
+PLATFORM = "manylinux_2_34_x86_64"
+
+
+def wheels_dir() -> Path:
+    return CACHE_DIR / "wheels"
+
+
+def _normalized(distribution: str) -> str:
+    return distribution.replace("-", "_").lower()
+
+
+def cached_wheel(distribution: str, version: str) -> Path | None:
+    py = "cp" + PYTHON_VERSION.replace(".", "")
+    found = sorted(wheels_dir().glob(f"{_normalized(distribution)}-{version}-*.whl"))
+    preferred = [w for w in found if f"-{py}-" in w.name or "-py3-" in w.name]
+    return (preferred or [None])[0]
+
+
+def ensure_wheel(distribution: str, version: str) -> Path:
+    """The cached wheel, downloaded with `pip download --no-deps` on first use (atomically moved in)."""
+    wheel = cached_wheel(distribution, version)
+    if wheel:
+        return wheel
+    wheels_dir().mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=wheels_dir(), prefix=".download-") as tmp:
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--quiet",
+            f"{distribution}=={version}",
+            "--python-version",
+            PYTHON_VERSION,
+            "--platform",
+            PLATFORM,
+            "--only-binary=:all:",
+            "--dest",
+            tmp,
+        ]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise UserError(
+                f"pip download {distribution}=={version} failed: {last} (needs network to PyPI once; "
+                f"the wheel is then cached in {wheels_dir()})"
+            )
+        downloaded = sorted(Path(tmp).glob("*.whl"))
+        if len(downloaded) != 1:
+            raise UserError(
+                f"pip download {distribution}=={version} gave {len(downloaded)} wheels, expected 1"
+            )
+        target = wheels_dir() / downloaded[0].name
+        shutil.move(str(downloaded[0]), target)
+    return target
+
+
+def extract(wheel: Path, dest: Path) -> Path:
+    """Unpack the wheel into dest (which becomes a site-packages-like root)."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extractall(dest)
+    except zipfile.BadZipFile:
+        raise UserError(f"{wheel}: damaged wheel; delete it and run again to download it afresh") from None
+    return dest
+
+
+class WheelReader:
+    """Read single files of the wheel without extracting it (for baselines)."""
+
+    def __init__(self, wheel: Path) -> None:
+        self.wheel = wheel
+        self._zip = zipfile.ZipFile(wheel)
+        self._names = set(self._zip.namelist())
+
+    def read(self, path: str) -> bytes | None:
+        return self._zip.read(path) if path in self._names else None
+
+    def names(self) -> list[str]:
+        return sorted(n for n in self._names if not n.endswith("/"))
+
+    def close(self) -> None:
+        self._zip.close()
