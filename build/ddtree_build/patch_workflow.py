@@ -84,8 +84,12 @@ def check(path: Path | None = None, against: str | None = None) -> CheckReport:
     series = series_mod.load(path or series_path())
     wheel = pristine.ensure_wheel(series.distribution, against or series.version)
     reference = pristine_reference(series) if against else None
+    # Only the files the series reads (targets that exist before it) plus the dist-info: the engine reads
+    # nothing else, unless a target is missing, and then extract() unpacks everything.
+    needed = [p for p in series.touched_paths() if series.pristine_hash(p) is not None]
+    needed.append(f"{series.distribution}/version.py")
     with tempfile.TemporaryDirectory(prefix="ddtree-patches-check-") as tmp:
-        root = pristine.extract(wheel, Path(tmp) / "site-packages")
+        root = pristine.extract(wheel, Path(tmp) / "site-packages", only=needed)
         result = engine.apply(root, series, write_bytecode=False, reference=reference)
         verify(root, series).raise_if_failed()
     git_checked = _git_cross_check(series, wheel)

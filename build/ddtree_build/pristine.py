@@ -75,11 +75,18 @@ def ensure_wheel(distribution: str, version: str) -> Path:
     return target
 
 
-def extract(wheel: Path, dest: Path) -> Path:
-    """Unpack the wheel into dest (which becomes a site-packages-like root)."""
+def extract(wheel: Path, dest: Path, only: list[str] | None = None) -> Path:
+    """Unpack the wheel into dest (a site-packages-like root). `only`: these paths (those the wheel has)
+    plus its *.dist-info/ files; None or a path the wheel lacks means everything (a missing target needs
+    the whole tree, so the engine can search it for where the file moved)."""
     try:
         with zipfile.ZipFile(wheel) as archive:
-            archive.extractall(dest)
+            names = set(archive.namelist())
+            if only is None or not set(only) <= names:
+                archive.extractall(dest)
+            else:
+                meta = [n for n in names if n.split("/", 1)[0].endswith(".dist-info")]
+                archive.extractall(dest, members=sorted(set(only) | set(meta)))
     except zipfile.BadZipFile:
         raise UserError(f"{wheel}: damaged wheel; delete it and run again to download it afresh") from None
     return dest

@@ -266,21 +266,21 @@ def check_chain(series: Series) -> None:
     """Each file's pre must follow the previous patch's post: catches reordering and stale hashes."""
     for path in series.touched_paths():
         chain = series.chain(path)
+        for k, (patch, spec) in enumerate(chain):
+            later = [p.id for p, s in chain[k + 1 :] if s.post == spec.pre]
+            if later:
+                raise UserError(
+                    f"{series.path}: series in the wrong order: {patch.id} expects {path} as {later[0]} "
+                    f"leaves it, but {later[0]} comes after {patch.id}; move {patch.id} below {later[0]}"
+                )
         for (prev, prev_spec), (patch, spec) in itertools.pairwise(chain):
-            if spec.pre == prev_spec.post:
-                continue
-            later = [p.id for p, s in chain if s.post == spec.pre and p is not patch]
-            hint = (
-                f"it matches the post-image of {later[0]}, which comes after it: the series is in the wrong "
-                "order (move the entry or refresh it)"
-                if later
-                else "run `ddtree-build patches refresh` on the patch whose diff changed"
-            )
-            pre = "new (creates the file)" if spec.pre == NEW else spec.pre
-            raise UserError(
-                f"{series.path}: series out of order or stale: {patch.id} expects {path} pre-image {pre}, "
-                f"but the previous patch touching it ({prev.id}) leaves {prev_spec.post}; {hint}"
-            )
+            if spec.pre != prev_spec.post:
+                pre = "new (creates the file)" if spec.pre == NEW else spec.pre
+                raise UserError(
+                    f"{series.path}: stale hash chain: {patch.id} expects {path} pre-image {pre}, but the "
+                    f"previous patch touching it ({prev.id}) leaves {prev_spec.post}; run "
+                    f"`ddtree-build patches refresh {prev.id}` (or edit and refresh {patch.id})"
+                )
 
 
 HEADER = (
