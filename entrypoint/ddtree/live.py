@@ -290,3 +290,58 @@ def render_table(report: LiveReport) -> str:
     lines += [f"  {marks[c.status]:<4}  {c.name:<{width}}  {c.detail}" for c in report.checks]
     lines.append(f"verdict: {report.verdict}")
     return "\n".join(lines)
+
+
+# Live step status -> selfcheck status: a degraded figure fails the run; an unreachable server is "error".
+_STATUS = {"pass": "pass", "warn": "fail", "fail": "fail", "skip": "skip"}
+_VERDICT_STATUS = {REPRODUCED: "pass", DEGRADED: "fail", FAILED: "fail", COULD_NOT_RUN: "error"}
+
+
+def outcomes(report: LiveReport) -> list[Any]:
+    """The live steps as selfcheck outcomes (one row each), the verdict last."""
+    from ddtree.selfcheck import CheckResult, Outcome
+
+    rows = []
+    for step in report.checks:
+        status = _STATUS[step.status]
+        if report.verdict == COULD_NOT_RUN and step.status == "fail":
+            status = "error"
+        detail = f"DEGRADED: {step.detail}" if step.status == "warn" else step.detail
+        data = {"value": step.value} if step.value is not None and not isinstance(step.value, dict) else {}
+        if isinstance(step.value, dict):
+            data = dict(step.value)
+        rows.append(Outcome(f"live:{step.name}", CheckResult(status, detail, data), 0.0))
+    rows.append(
+        Outcome(
+            "live:verdict",
+            CheckResult(_VERDICT_STATUS[report.verdict], report.verdict, {**report.figures}),
+            0.0,
+        )
+    )
+    return rows
+
+
+def selfcheck_live(args: Any) -> int:
+    """`ddtree selfcheck --live URL [--json]`: the live steps as selfcheck rows, plus the verdict."""
+    import json
+    import os
+
+    from ddtree.selfcheck import Context, format_table, report_dict
+
+    expectation = load_expectation(Path(args.reference) if getattr(args, "reference", None) else None)
+    report = run_live(
+        args.live,
+        expectation,
+        tolerance=args.tolerance,
+        max_tokens=args.max_tokens,
+        api_key=os.environ.get("DDTREE_API_KEY") or None,
+    )
+    ctx = Context(offline=False)
+    document = report_dict(outcomes(report), ctx)
+    document.update(verdict=report.verdict, url=report.url, figures=report.figures, expected=report.expected)
+    if args.json:
+        print(json.dumps(document, indent=2))
+    else:
+        print(format_table(document))
+        print(f"verdict: {report.verdict}")
+    return int(document["exit_code"])

@@ -42,7 +42,7 @@ JSON_SCHEMA_VERSION = 1
 MIN_PYTHON = (3, 10)
 
 # Modules whose import registers more checks (e.g. "selfcheck_patches"); one line per module.
-CHECK_MODULES: tuple[str, ...] = ()
+CHECK_MODULES: tuple[str, ...] = ("selfcheck_image",)
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,8 @@ class Context:
 
     offline: bool = True
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    # Command-line choices checks may read (e.g. full_hash, weights_manifest).
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 CheckFunc = Callable[[Context], CheckResult]
@@ -267,7 +269,14 @@ def _dependencies(ctx: Context) -> CheckResult:
 
 
 def _cmd_selfcheck(args: argparse.Namespace) -> int:
-    ctx = Context(offline=args.offline)
+    if args.live:
+        from ddtree import live
+
+        return live.selfcheck_live(args)
+    ctx = Context(
+        offline=args.offline,
+        options={"full_hash": args.full_hash, "weights_manifest": args.weights_manifest},
+    )
     outcomes = load_check_modules(CHECK_MODULES)
     outcomes += run_checks(REGISTRY, ctx, args.only or ())
     report = report_dict(outcomes, ctx)
@@ -282,7 +291,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "selfcheck", help="check that what runs here is what was measured (exit 0 pass, 1 fail, 2 error)"
     )
-    parser.add_argument("--offline", action="store_true", help="skip checks that need the network")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--offline", action="store_true", help="skip checks that need the network")
+    mode.add_argument("--live", metavar="URL", help="judge a running server: REPRODUCED, DEGRADED or FAILED")
+    parser.add_argument("--full-hash", action="store_true", help="sha256 every weight shard (reads all)")
+    parser.add_argument("--weights-manifest", metavar="FILE", help="`sha256  path` lines for --full-hash")
+    parser.add_argument("--tolerance", type=float, default=0.10, help="--live: relative tolerance (0.10)")
+    parser.add_argument("--max-tokens", type=int, default=256, help="--live: tokens to generate (256)")
+    parser.add_argument("--reference", metavar="FILE", help="--live: reference results (env/reference)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these checks")
     parser.set_defaults(func=_cmd_selfcheck)

@@ -232,3 +232,52 @@ def test_reference_without_figure(tmp_path: Path) -> None:
     with pytest.raises(UserError) as info:
         live.load_expectation(path)
     assert info.value.exit_code == 2 and "no result 'ddtree-single'" in str(info.value)
+
+
+def _cli(capsys, *args: str) -> tuple[int, str]:
+    from ddtree import cli
+
+    code = cli.main(["selfcheck", *args])
+    return code, capsys.readouterr().out
+
+
+def test_cli_live_json_reproduced(capsys) -> None:
+    with fake_server(Behaviour()) as url:
+        code, out = _cli(capsys, "--live", url, "--json", "--max-tokens", "48")
+    document = json.loads(out)
+    assert code == 0 and document["verdict"] == "REPRODUCED" and document["exit_code"] == 0
+    names = [c["name"] for c in document["checks"]]
+    assert names == [
+        "live:health",
+        "live:server_info",
+        "live:settings",
+        "live:generation",
+        "live:decode_tok_s",
+        "live:accept_length",
+        "live:verdict",
+    ]
+    assert document["figures"]["verify_ct"] == 12
+    assert document["checks"][2]["data"]["speculative_ddtree_topk"] == 4
+
+
+def test_cli_live_table_degraded(capsys) -> None:
+    with fake_server(Behaviour(tok_s=50.0)) as url:
+        code, out = _cli(capsys, "--live", url, "--max-tokens", "32")
+    assert code == 1
+    assert "DEGRADED: " in out and out.rstrip().endswith("verdict: DEGRADED")
+
+
+def test_cli_live_unreachable_exit_2(capsys) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code, out = _cli(capsys, "--live", f"http://127.0.0.1:{port}")
+    assert code == 2 and out.rstrip().endswith("verdict: COULD NOT RUN")
+
+
+def test_cli_live_and_offline_exclusive(capsys) -> None:
+    from ddtree import cli
+
+    with pytest.raises(SystemExit) as info:
+        cli.main(["selfcheck", "--offline", "--live", "http://127.0.0.1:1"])
+    assert info.value.code == 2

@@ -30,7 +30,8 @@ def test_offline_json_reports_what_exists() -> None:
     assert checks["package"]["data"]["version"] == __version__
     assert checks["python"]["data"]["version"] == platform.python_version()
     assert checks["platform"]["data"]["machine"] == platform.machine()
-    assert all(c["status"] == "pass" for c in checks.values())
+    # Checks of the image and the GPU host (selfcheck_image) skip on a plain checkout; none may fail.
+    assert all(c["status"] in ("pass", "skip") for c in checks.values())
 
 
 def test_table_has_header_rows_and_summary() -> None:
