@@ -163,11 +163,13 @@ def stage_context(folder: Path, dockerfile_text: str, lock: Path | None) -> Path
 
 
 @contextlib.contextmanager
-def build_secrets(hf_token: str | None) -> Iterator[dict[str, Path]]:
-    """id -> file for `--secret`: the host CA bundle, and the HF token in a 0600 file deleted afterwards."""
+def build_secrets(hf_token: str | None, ca_bundle: Path | None = None) -> Iterator[dict[str, Path]]:
+    """id -> file for `--secret`: the CA bundle (default: the host's), and the HF token in a 0600 file
+    deleted afterwards."""
     secrets: dict[str, Path] = {}
-    if engine.HOST_CA_BUNDLE.is_file():
-        secrets["ca"] = engine.HOST_CA_BUNDLE
+    ca = ca_bundle or engine.HOST_CA_BUNDLE
+    if ca.is_file():
+        secrets["ca"] = ca
     with tempfile.TemporaryDirectory(prefix="ddtree-secrets-") as tmp:
         if hf_token:
             token_file = Path(tmp) / "hf_token"
@@ -197,6 +199,7 @@ def build(
     lock: Path | None = None,
     pip_check: bool | None = None,
     hf_token: str | None = None,
+    ca_bundle: Path | None = None,
     log: Path | None = None,
     extra_tags: tuple[str, ...] = (),
     say: Callable[[str], None] = print,
@@ -230,7 +233,8 @@ def build(
         extra += ["-t", extra_tag]
     say(f"image: building {', '.join(tags)} (target {target}, base {chosen}, context {folder})")
     start = time.monotonic()
-    with build_secrets(hf_token if hf_token is not None else os.environ.get("HF_TOKEN")) as secrets:
+    token = hf_token if hf_token is not None else os.environ.get("HF_TOKEN")
+    with build_secrets(token, ca_bundle) as secrets:
         engine.build_image(
             folder,
             tags[0],

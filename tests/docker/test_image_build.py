@@ -1,0 +1,254 @@
+"""The image, built for real: the same template on the registry-free base with the small CI lock.
+
+Nothing is mocked: the real engine builds with BuildKit (`ddtree-build image`'s own code path), the patch
+engine applies and verifies the real series inside, and the self-check runs in the container. The CI lock
+keeps this within minutes; the full stack is the slow tier (tests/slow/test_full_image.py).
+
+Secrets: the build gets a CA bundle and an HF token that carry fixed canary strings; the test streams
+`docker save` (every layer tar, the config with its history) and `docker history` looking for them.
+The canaries are constant, so even a cached layer was made by a build that had them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+import yaml
+from ddtree_build import engine, image, render
+from ddtree_build.paths import ENV_DIR, REPO_ROOT
+
+TEST_NAME = "ddtree-test"
+TARGET = "pro6000"
+HF_CANARY = "hf_ddtreeCanaryToken7f3a9c0d2b"
+CA_CANARY = "ddtree-ca-canary-5e1b77c4a9"
+SITE = "/opt/venv/lib/python3.11/site-packages"
+
+
+def _ci_lock(folder: Path) -> Path:
+    """env/requirements-ci.lock, plus sglang's entry (with its hashes) from the py311 lock when it lacks one.
+
+    The patch series targets sglang's files, so the image must hold the sglang wheel (installed --no-deps,
+    a few MB) for apply/verify to have something to patch. The entry is copied byte for byte from the lock
+    that `ddtree-build lock` wrote; nothing is re-resolved.
+    """
+    ci = ENV_DIR / "requirements-ci.lock"
+    text = ci.read_text()
+    if re.search(r"^sglang==", text, re.M):
+        return ci
+    full = (ENV_DIR / "requirements-py311.lock").read_text()
+    match = re.search(r"^sglang==.*?(?=^\S|\Z)", full, re.M | re.S)
+    assert match, "env/requirements-py311.lock has no sglang entry"
+    out = folder / "requirements-ci-sglang.lock"
+    out.write_text(text.rstrip("\n") + "\n" + match.group(0).rstrip("\n") + "\n")
+    return out
+
+
+@pytest.fixture(scope="module")
+def docker() -> str:
+    engine.ensure(lambda msg: None)
+    return engine.docker_cli()
+
+
+@pytest.fixture(scope="module")
+def ci_image(docker: str, tmp_path_factory: pytest.TempPathFactory) -> image.ImageResult:
+    folder = tmp_path_factory.mktemp("ci-image")
+    ca = folder / "ca.pem"
+    ca.write_text(engine.HOST_CA_BUNDLE.read_text() + f"\n# {CA_CANARY}\n")
+    log = folder / "build.log"
+    try:
+        return image.build(
+            TARGET,
+            "bootstrap",
+            TEST_NAME,
+            lock=_ci_lock(folder),
+            hf_token=HF_CANARY,
+            ca_bundle=ca,
+            log=log,
+            say=lambda msg: None,
+        )
+    except Exception:
+        print(log.read_text()[-6000:] if log.exists() else "(no build log)")
+        raise
+
+
+def _run(docker: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([docker, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_tags_labels_and_entrypoint(docker: str, ci_image: image.ImageResult) -> None:
+    """Labels carry what the build was given; those facts are checked against git and env/ here."""
+    args = ci_image.build_args
+    revision = args["VCS_REF"]
+    sha = revision.removesuffix("-dirty")
+    suffix = "-dirty" if revision.endswith("-dirty") else ""
+    assert ci_image.tags[:2] == [f"{TEST_NAME}:{TARGET}", f"{TEST_NAME}:{TARGET}-{sha[:12]}{suffix}"]
+    for tag in ci_image.tags:
+        assert image.inspect_image(tag)["Id"] == ci_image.image_id
+    commit_time = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "log", "-1", "--format=%ct", sha], capture_output=True, text=True
+    )
+    assert commit_time.returncode == 0, f"VCS_REF {sha} is not a commit here"
+    epoch = int(commit_time.stdout)
+    labels = ci_image.labels
+    from ddtree.fsutil import sha256_file
+
+    assert labels["io.ddtree.target"] == TARGET
+    assert labels["io.ddtree.base"] == "bootstrap"
+    assert labels["io.ddtree.freeze.sha256"] == sha256_file(ENV_DIR / "freeze.txt")
+    assert labels["io.ddtree.patches.sha256"] == args["PATCHES_SHA256"]
+    assert labels["io.ddtree.sglang.version"] == render.sglang_version_of(ENV_DIR / "freeze.txt")
+    assert labels["org.opencontainers.image.revision"] == revision
+    assert labels["org.opencontainers.image.created"] == image.rfc3339(epoch)
+    assert labels["io.ddtree.source-date-epoch"] == str(epoch)
+    config = image.inspect_image(ci_image.tags[0])["Config"]
+    assert config["Entrypoint"] == ["ddtree", "serve"]
+    assert f"DDTREE_TARGET={TARGET}" in config["Env"]
+    assert "NCCL_P2P_DISABLE=1" in config["Env"]
+
+
+def test_patch_manifest_is_baked_and_verify_passes_inside(docker: str, ci_image: image.ImageResult) -> None:
+    tag = ci_image.tags[0]
+    out = _run(docker, "run", "--rm", "--network=none", "--entrypoint", "python", tag,
+               "-m", "ddtree.patchset", "verify", "--root", SITE)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    folder = "/opt/ddtree/patch-manifest"
+    manifest = _run(docker, "run", "--rm", "--network=none", "--entrypoint", "cat", tag,
+                    f"{folder}/manifest.json", f"{folder}/MANIFEST.sha256")  # fmt: skip
+    assert manifest.returncode == 0, manifest.stderr
+    data = json.loads(manifest.stdout[: manifest.stdout.rindex("}") + 1])
+    assert data["series_digest"] == ci_image.labels["io.ddtree.patches.sha256"]
+
+
+def test_verify_inside_catches_a_tampered_tree(docker: str, ci_image: image.ImageResult) -> None:
+    """The in-image verification can fail: alter a patched file (or, with an empty series, the manifest)."""
+    tag = ci_image.tags[0]
+    raw = _run(docker, "run", "--rm", "--network=none", "--entrypoint", "cat", tag,
+               "/opt/ddtree/patch-manifest/manifest.json")  # fmt: skip
+    files = sorted(json.loads(raw.stdout)["files"])
+    tamper = (
+        f"echo '# tampered' >> {SITE}/{files[0]}" if files else f"rm {SITE}/.ddtree-patchset/manifest.json"
+    )
+    script = f"{tamper} && python -m ddtree.patchset verify --root {SITE}"
+    out = _run(docker, "run", "--rm", "--network=none", "--entrypoint", "bash", tag, "-c", script)
+    assert out.returncode != 0
+    assert (files[0] if files else "manifest") in out.stdout + out.stderr
+
+
+def test_selfcheck_offline_passes_inside(docker: str, ci_image: image.ImageResult) -> None:
+    out = _run(docker, "run", "--rm", "--network=none", "--entrypoint", "ddtree", ci_image.tags[0],
+               "selfcheck", "--offline", "--json")  # fmt: skip
+    report = json.loads(out.stdout)
+    failing = [c for c in report["checks"] if c["status"] in ("fail", "error")]
+    assert out.returncode == 0 and not failing, json.dumps(failing or report, indent=1)[-3000:]
+
+
+def test_rebuild_reuses_the_dependency_layer(
+    docker: str, ci_image: image.ImageResult, tmp_path: Path
+) -> None:
+    """The same lock again: the install step comes from the cache. When nothing else changed either (no
+    commit or edit in between; others may be working in this tree), every step is cached, same image."""
+    log = tmp_path / "rebuild.log"
+    lock = _ci_lock(tmp_path)
+    again = image.build(TARGET, "bootstrap", TEST_NAME, lock=lock, hf_token=HF_CANARY, log=log, say=print)
+    text = log.read_text()
+    install_step = re.search(r"^#(\d+) \[deps \d/\d\] RUN .*--require-hashes", text, re.M)
+    assert install_step and f"#{install_step.group(1)} CACHED" in text, text[-3000:]
+    steps = set(re.findall(r"^#(\d+) \[", text, re.M))
+    cached = set(re.findall(r"^#(\d+) CACHED", text, re.M))
+    if steps == cached and again.build_args == ci_image.build_args:
+        assert again.image_id == ci_image.image_id
+
+
+# ---------------------------------------------------------------- secrets
+
+
+def _stream_contains(chunks: Iterable[bytes], needles: list[bytes]) -> set[bytes]:
+    """Which needles occur in a byte stream, across chunk boundaries."""
+    found: set[bytes] = set()
+    keep = max(len(n) for n in needles)
+    tail = b""
+    for chunk in chunks:
+        window = tail + chunk
+        found.update(n for n in needles if n in window)
+        tail = window[-keep:]
+    return found
+
+
+def secrets_in_image(docker: str, tag: str, needles: list[str]) -> dict[str, list[str]]:
+    """Where each needle shows up: the `docker save` stream (layer tars, config, history) and history."""
+    raw = [n.encode() for n in needles]
+    where: dict[str, list[str]] = {}
+    proc = subprocess.Popen([docker, "save", tag], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    found = _stream_contains(iter(lambda: proc.stdout.read(1 << 20), b""), raw)
+    assert proc.wait() == 0, f"docker save {tag} failed"
+    for needle in found:
+        where.setdefault(needle.decode(), []).append("docker save (layers/config)")
+    history = _run(docker, "history", "--no-trunc", "--format", "{{.CreatedBy}}", tag).stdout
+    inspect = json.dumps(image.inspect_image(tag))
+    for needle in needles:
+        if needle in history:
+            where.setdefault(needle, []).append("docker history")
+        if needle in inspect:
+            where.setdefault(needle, []).append("docker inspect")
+    return where
+
+
+def test_secrets_are_absent_from_layers_and_history(docker: str, ci_image: image.ImageResult) -> None:
+    where = secrets_in_image(docker, ci_image.tags[0], [HF_CANARY, CA_CANARY])
+    assert where == {}, f"build secrets leaked into the image: {where}"
+
+
+def test_secret_scan_finds_a_leak(docker: str, ci_image: image.ImageResult, tmp_path: Path) -> None:
+    """The scan can fail: a Dockerfile that writes a canary into a layer and its history is caught."""
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {ci_image.labels['org.opencontainers.image.base.name']}\n"
+        "ARG LEAK\n"
+        'RUN echo "$LEAK" > /leaked\n'
+    )
+    leak = "ddtree-leak-canary-2f9d"
+    engine.build_image(tmp_path, "ddtree-test:leaky", build_args={"LEAK": leak}, log=tmp_path / "log")
+    try:
+        where = secrets_in_image(docker, "ddtree-test:leaky", [leak, HF_CANARY])
+    finally:
+        _run(docker, "image", "rm", "ddtree-test:leaky")
+    assert set(where) == {leak}
+    assert "docker save (layers/config)" in where[leak] and "docker history" in where[leak]
+
+
+# ---------------------------------------------------------------- compose
+
+
+@pytest.mark.parametrize("profile", render.TARGETS)
+def test_compose_config_validates(docker: str, profile: str, tmp_path: Path) -> None:
+    compose = shutil.which("docker") or docker
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(Path.home()),
+           "MODEL_DIR": str(tmp_path / "target"), "DRAFTER_DIR": str(tmp_path / "drafter")}  # fmt: skip
+    cmd = [compose, "compose", "-f", str(REPO_ROOT / "docker-compose.yml"), "--profile", profile, "config"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    config = yaml.safe_load(out.stdout)
+    assert list(config["services"]) == [f"ddtree-{profile}"]
+    service = config["services"][f"ddtree-{profile}"]
+    assert service["ipc"] == "host" and service["init"] is True
+    assert {v["target"]: v.get("read_only") for v in service["volumes"]} == {
+        "/models/target": True,
+        "/models/drafter": True,
+    }
+    assert service["environment"]["DDTREE_TARGET"] == profile
+    assert service["deploy"]["resources"]["reservations"]["devices"][0]["count"] == -1  # "all"
+
+
+def test_compose_without_model_dir_says_what_to_set(docker: str, tmp_path: Path) -> None:
+    compose = shutil.which("docker") or docker
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(Path.home()), "DRAFTER_DIR": str(tmp_path)}
+    cmd = [compose, "compose", "-f", str(REPO_ROOT / "docker-compose.yml"), "--profile", TARGET, "config"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode != 0
+    assert "set MODEL_DIR to the Kimi K2.6 weights folder" in out.stderr
