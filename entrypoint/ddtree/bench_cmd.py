@@ -89,6 +89,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     compare.add_argument("--no-reference", action="store_true", help="speedups only, no verdict")
     compare.add_argument("--tolerance", type=float, default=0.10, help="relative, default 0.10")
+    compare.add_argument(
+        "--relative", action="store_true", help="judge only acceptance and speedups (runs on other GPUs)"
+    )
     compare.add_argument("--mode-a", choices=("baseline", "ddtree", "dflash"), help="override A's mode")
     compare.add_argument("--mode-b", choices=("baseline", "ddtree", "dflash"), help="override B's mode")
     compare.add_argument("--max-pass-drop", type=float, default=0.02, help="humaneval: allowed pass@1 drop")
@@ -250,6 +253,7 @@ def run_compare(args: argparse.Namespace) -> int:
         use_reference=not args.no_reference,
         modes=(args.mode_a, args.mode_b),
         humaneval_drop=args.max_pass_drop,
+        relative=args.relative,
     )
     print(text, end="")
     if args.out:

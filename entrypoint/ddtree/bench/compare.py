@@ -9,6 +9,7 @@ concurrency and a context; they are mapped onto a run's cells like this:
 A figure passes when the measured value lies in [min * (1 - tol), max * (1 + tol)].
 When a baseline and a DDTree run are compared, the reference's speedup (DDTree range over baseline
 range at the same cell) is checked too: it transfers across GPUs better than absolute tok/s.
+With --relative only GPU-independent checks count (acceptance length, speedups), for other hardware.
 Verdict: PASS (every check passed), FAIL (one failed; exit 3), INCOMPLETE (a figure had no
 measurement; exit 4).
 """
@@ -124,16 +125,26 @@ class Check:
     status: str  # pass | fail | missing
 
 
-def resolve_cell(run: Run, context: Any, concurrency: Any) -> tuple[int, int] | None:
+def resolve_cell(
+    run: Run, context: Any, concurrency: Any, reference: Reference | None = None
+) -> tuple[int, int] | None:
+    """The cell a reference figure talks about, or None when the run did not measure it."""
     if not run.cells:
         return None
     if context in (None, "short"):
-        ctx = run.contexts[0]
+        axis = (
+            reference.sweep_context_tokens if reference and reference.sweep_context_tokens else run.contexts
+        )
+        ctx = min(axis)
     elif isinstance(context, int):
         ctx = context
     else:
         return None
-    conc = run.concurrencies[-1] if concurrency is None else int(concurrency)
+    if concurrency is None:
+        axis = reference.sweep_concurrency if reference and reference.sweep_concurrency else run.concurrencies
+        conc = max(axis)
+    else:
+        conc = int(concurrency)
     return (ctx, conc) if (ctx, conc) in run.cells else None
 
 
@@ -144,16 +155,21 @@ def _check(name: str, metric: str, cell, expected: Range, measured: float | None
     return Check(name, metric, cell, (expected.min, expected.max), allowed, measured, status)
 
 
-def check_against_reference(run: Run, reference: Reference, tolerance: float) -> list[Check]:
-    """Every reference figure whose algorithm matches the run's mode, on its resolved cell."""
+def check_against_reference(
+    run: Run, reference: Reference, tolerance: float, relative: bool = False
+) -> list[Check]:
+    """Every reference figure whose algorithm matches the run's mode, on its resolved cell.
+
+    relative=True keeps only what does not depend on the GPU (acceptance length): for runs on other
+    hardware, where the speedup checks carry the verdict."""
     checks = []
     for result in reference.results.values():
         if ALGORITHM_TO_MODE.get(result.algorithm.lower(), result.algorithm.lower()) != run.mode:
             continue
-        cell = resolve_cell(run, result.context, result.concurrency)
+        cell = resolve_cell(run, result.context, result.concurrency, reference)
         for figure, expected in result.figures.items():
             metric = FIGURE_TO_METRIC.get(figure)
-            if metric is None:
+            if metric is None or (relative and metric != "accept_length"):
                 continue
             measured = run.value(cell, metric) if cell else None
             checks.append(_check(f"{run.label}: {result.id}", metric, cell, expected, measured, tolerance))
@@ -177,8 +193,8 @@ def check_speedup(baseline: Run, ddtree: Run, reference: Reference, tolerance: f
                     t.figures[figure].max / b.figures[figure].min,
                 )
                 metric = FIGURE_TO_METRIC[figure]
-                cell_b = resolve_cell(baseline, b.context, b.concurrency)
-                cell_t = resolve_cell(ddtree, t.context, t.concurrency)
+                cell_b = resolve_cell(baseline, b.context, b.concurrency, reference)
+                cell_t = resolve_cell(ddtree, t.context, t.concurrency, reference)
                 measured = None
                 if cell_b and cell_t and cell_b == cell_t:
                     vb, vt = baseline.value(cell_b, metric), ddtree.value(cell_t, metric)
@@ -280,6 +296,7 @@ def compare(
     use_reference: bool = True,
     modes: tuple[str | None, str | None] = (None, None),
     humaneval_drop: float = 0.02,
+    relative: bool = False,
 ) -> tuple[str, dict[str, Any], int]:
     """Everything `ddtree bench compare` prints and writes: (markdown, JSON document, exit code)."""
     if not 1 <= len(paths) <= 2:
@@ -306,7 +323,7 @@ def compare(
     checks: list[Check] = []
     if reference:
         for run in runs:
-            checks += check_against_reference(run, reference, tolerance)
+            checks += check_against_reference(run, reference, tolerance, relative)
         by_mode = {r.mode: r for r in runs}
         if "baseline" in by_mode and "ddtree" in by_mode:
             checks += check_speedup(by_mode["baseline"], by_mode["ddtree"], reference, tolerance)
@@ -328,6 +345,7 @@ def compare(
         "b": str(b.path) if b else None,
         "reference": str(reference.path) if reference else None,
         "tolerance": tolerance,
+        "relative": relative,
         "rows": rows,
         "checks": [asdict(c) for c in checks],
         "verdict": final,

@@ -170,6 +170,22 @@ class HumanEvalRun:
                 records[(record["task_id"], record["sample"])] = record
         return records
 
+    def repair(self) -> None:
+        """Drop a torn last line (a crash mid-append) so new records start on a line of their own."""
+        if not self.records_path.exists():
+            return
+        text = self.records_path.read_text(encoding="utf-8")
+        good = []
+        for line in text.splitlines():
+            try:
+                json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            good.append(line)
+        repaired = "".join(f"{line}\n" for line in good)
+        if repaired != text:
+            atomic_write(self.records_path, repaired)
+
     def request_for(self, problem: dict) -> GenerationRequest:
         extra = dict(self.extra_body)
         if self.client.api == "chat":
@@ -211,6 +227,7 @@ class HumanEvalRun:
 
     def run(self, manifest: dict[str, Any]) -> dict[str, Any]:
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.repair()
         done = self.done()
         todo = [(p, s) for p in self.problems for s in range(self.samples) if (p["task_id"], s) not in done]
         progress = Progress(len(todo), "humaneval", enabled=self.progress_enabled)

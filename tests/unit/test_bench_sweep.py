@@ -1,0 +1,172 @@
+"""`ddtree bench` end to end against the loopback test double (bench_double: real HTTP, fake model)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from ddtree.bench.client import Client
+from ddtree.bench.prompts import PromptBuilder, ServerTokenizer
+from ddtree.cli import main
+
+from tests.unit.bench_double import DoubleConfig, serve
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def sweep_argv(url: str, out: Path, *extra: str) -> list[str]:
+    return [
+        "bench",
+        "--url",
+        url,
+        "--contexts",
+        "60,300",
+        "--concurrency",
+        "1,4",
+        "--max-tokens",
+        "16",
+        "--repeats",
+        "2",
+        "--warmup",
+        "1",
+        "--out",
+        str(out),
+        "--quiet",
+        *extra,
+    ]
+
+
+def generate_calls(server) -> int:
+    return sum(1 for path, _ in server.requests_seen if path == "/generate")
+
+
+def test_sweep_writes_results_report_and_plots(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    config = DoubleConfig(ttft_s=0.03, chunk_interval_s=0.01, tokens_per_chunk=4)
+    with serve(config) as (url, server):
+        assert main(sweep_argv(url, out)) == 0
+        # 4 cells x (1 warm-up + 2 rounds) x concurrency
+        assert generate_calls(server) == 2 * (3 * 1 + 3 * 4)
+        sent = [body for path, body in server.requests_seen if path == "/generate"]
+    summary = json.loads((out / "results.json").read_text())
+    assert summary["schema"] == "ddtree-bench/1" and summary["kind"] == "sweep"
+    assert summary["server"]["version"] == "0.5.13.post1"
+    assert summary["prompt_method"]["tokenizer"] == "server"
+    cells = {(c["context"], c["concurrency"]): c for c in summary["cells"]}
+    assert set(cells) == {(60, 1), (60, 4), (300, 1), (300, 4)}
+    for (context, concurrency), cell in cells.items():
+        m = cell["metrics"]
+        assert m["errors"] == 0 and m["requests"] == 2 * concurrency
+        assert m["prompt_tokens"]["min"] == m["prompt_tokens"]["max"] == context  # exact context
+        assert m["accept_length_weighted"] == pytest.approx(4.0)
+        assert m["per_request_tok_s"]["median"] > 0 and m["aggregate_tok_s"]["median"] > 0
+        assert cell["accept_length_source"] == "meta_info"
+    # Prompts are exact, distinct (no shared cached prefix), and warm-up requests are short.
+    assert {len(b["input_ids"]) for b in sent} == {60, 300}
+    assert len({tuple(b["input_ids"]) for b in sent}) == len(sent)
+    assert {b["sampling_params"]["max_new_tokens"] for b in sent} == {16}
+    report = (out / "report.md").read_text()
+    assert "| 300 | 4 | 300 |" in report
+    for name in ("tok_s.png", "accept_length.png"):
+        data = (out / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 5000
+    assert "results:" in capsys.readouterr().out
+
+
+def test_aggregate_reflects_real_concurrency(tmp_path: Path) -> None:
+    """With 4 requests at once, aggregate tok/s is ~4x one request's rate (they overlap in time)."""
+    out = tmp_path / "run"
+    config = DoubleConfig(ttft_s=0.02, chunk_interval_s=0.02, tokens_per_chunk=2)
+    argv = sweep_argv("", out)
+    argv[argv.index("--contexts") + 1] = "60"
+    argv[argv.index("--max-tokens") + 1] = "40"
+    with serve(config) as (url, _):
+        argv[2] = url
+        assert main([*argv, "--no-plots"]) == 0
+    cells = {c["concurrency"]: c["metrics"] for c in json.loads((out / "results.json").read_text())["cells"]}
+    single, quad = cells[1]["aggregate_tok_s"]["median"], cells[4]["aggregate_tok_s"]["median"]
+    assert quad / single == pytest.approx(4.0, rel=0.3)
+    assert cells[4]["per_request_tok_s"]["median"] == pytest.approx(
+        cells[1]["per_request_tok_s"]["median"], rel=0.3
+    )
+
+
+def test_interrupted_run_keeps_finished_cells_and_resumes(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    config = DoubleConfig(ttft_s=0.01, chunk_interval_s=0.005)
+    with serve(config) as (url, server):
+        assert main(sweep_argv(url, out, "--no-plots")) == 0
+        first = generate_calls(server)
+        # A crash mid-cell: that cell's file never got written.
+        (out / "cells" / "ctx300-conc4.json").unlink()
+        assert main(sweep_argv(url, out, "--no-plots")) == 0
+        assert generate_calls(server) - first == 3 * 4  # only the lost cell, warm-up included
+        # Nothing to do the third time.
+        again = generate_calls(server)
+        assert main(sweep_argv(url, out, "--no-plots")) == 0
+        assert generate_calls(server) == again
+    manifest = json.loads((out / "run.json").read_text())
+    assert len(manifest["resumed"]) == 2
+    assert len(json.loads((out / "results.json").read_text())["cells"]) == 4
+
+
+def test_server_failure_stops_with_a_resumable_message(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    with serve(DoubleConfig(fail_generate=True)) as (url, _):
+        assert main(sweep_argv(url, out, "--no-plots")) == 1
+    err = capsys.readouterr().err
+    assert "every request failed" in err and "run the same command again to resume" in err
+    assert not list((out / "cells").glob("*.json")) if (out / "cells").exists() else True
+
+
+def test_resume_refuses_other_settings_or_another_server(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    with serve(DoubleConfig(ttft_s=0.01, chunk_interval_s=0.005)) as (url, _):
+        assert main(sweep_argv(url, out, "--no-plots")) == 0
+        assert main([*sweep_argv(url, out, "--no-plots"), "--max-tokens", "32"]) == 1
+        assert "settings differ" in capsys.readouterr().err
+    with serve(DoubleConfig(speculative_algorithm=None)) as (url, _):
+        assert main(sweep_argv(url, out, "--no-plots")) == 1
+        assert "server fingerprint differ" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_openai_dialects_with_metrics_fallback(tmp_path: Path, api: str) -> None:
+    out = tmp_path / api
+    with serve(DoubleConfig(ttft_s=0.01, chunk_interval_s=0.005, metrics_accept_length=3.6)) as (url, _):
+        argv = sweep_argv(url, out, "--no-plots", "--api", api)
+        argv[argv.index("--contexts") + 1] = "100"
+        assert main(argv) == 0
+    cell = json.loads((out / "results.json").read_text())["cells"][0]
+    assert cell["accept_length_source"] == "metrics"  # OpenAI streams carry no meta_info
+    assert cell["server_gauge_accept_length"] == pytest.approx(3.6)
+    expected_prompt = 100 if api == "completions" else None
+    if expected_prompt:
+        assert cell["metrics"]["prompt_tokens"]["median"] == expected_prompt
+
+
+def test_bad_arguments_are_one_line_errors(tmp_path: Path, capsys) -> None:
+    assert main(["bench", "--contexts", "60", "--out", str(tmp_path)]) == 1
+    assert "--url is required" in capsys.readouterr().err
+    assert main(["bench", "--url", "http://127.0.0.1:9", "--timeout", "2", "--out", str(tmp_path)]) == 1
+    assert "is the server up?" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["bench", "--url", "x", "--contexts", "60,abc"])
+
+
+def test_prompt_builder_is_exact_and_deterministic() -> None:
+    with serve() as (url, _):
+        builder = PromptBuilder(ServerTokenizer(Client(url)))
+        for tokens in (1, 5, 60, 1024, 8192):
+            prompt = builder.build(tokens, 7)
+            assert prompt.exact and len(prompt.ids or []) == tokens
+        assert builder.build(512, 3).digest == builder.build(512, 3).digest
+        assert builder.build(512, 3).digest != builder.build(512, 4).digest
+        assert builder.build(4096, 1).text.endswith("write unit tests for it.")
+
+
+def test_approx_prompts_without_a_tokenizer() -> None:
+    prompt = PromptBuilder(None).build(1000, 2)
+    assert not prompt.exact and prompt.ids is None
+    assert 3000 < len(prompt.text) < 4000
