@@ -225,6 +225,7 @@ class RefreshReport:
     patch: Patch
     changed: list[str]
     rehashed: list[str]
+    rebased: list[str]
     check: CheckReport | None
     problems: list[str]
 
@@ -274,33 +275,50 @@ def _signatures_for(rel: str, old: list[str], extra: dict[str, list[str]]) -> li
     return sigs
 
 
-def recompute_hashes(series: Series, read) -> list[str]:
+def recompute_hashes(series: Series, read) -> tuple[list[str], list[str]]:
     """Rewrite every pre/post hash from the diffs applied in order to the pristine files.
-    Returns problems (a later patch that no longer applies keeps its old hashes)."""
+
+    A later patch whose hunks still match exactly but at other lines (an earlier patch added or removed
+    lines above them) is rebased: its diff is rewritten with the new line numbers, same change, same
+    context. One whose context changed keeps its old hashes and is reported. Returns (problems, rebased).
+    """
     contents: dict[str, bytes | None] = {}
     broken: set[str] = set()
     problems: list[str] = []
+    rebased: list[str] = []
     for patch in series.patches:
+        pairs: dict[str, tuple[bytes | None, bytes]] = {}
+        moved = False
         for fp in patch.file_patches:
             if fp.path in broken:
                 continue
             if fp.path not in contents:
                 contents[fp.path] = read(fp.path)
             old = contents[fp.path]
+            origin = str(series.folder / patch.diff)
             try:
-                new = udiff.apply_file(old, fp, str(series.folder / patch.diff))
+                new = udiff.apply_file(old, fp, origin)
             except udiff.HunkError as exc:
-                problems.append(
-                    f"patch {patch.id} no longer applies ({exc}); run `ddtree-build patches edit {patch.id} "
-                    "--force`, redo its change, and refresh it"
-                )
-                broken.add(fp.path)
-                continue
+                try:
+                    new = udiff.apply_file(old, fp, origin, allow_offset=True)
+                    moved = True
+                except udiff.HunkError:
+                    problems.append(
+                        f"patch {patch.id} no longer applies ({exc}); run `ddtree-build patches edit "
+                        f"{patch.id} --force`, redo its change, and refresh it"
+                    )
+                    broken.add(fp.path)
+                    continue
             spec = patch.spec(fp.path)
             spec.pre = NEW if old is None else sha256_bytes(old)
             spec.post = sha256_bytes(new)
             contents[fp.path] = new
-    return problems
+            pairs[fp.path] = (old, new)
+        if moved and len(pairs) == len(patch.file_patches):
+            patch.diff_bytes = b"".join(udiff.make_file_diff(rel, *pairs[rel]) for rel in sorted(pairs))
+            patch.file_patches = udiff.parse(patch.diff_bytes, patch.diff)
+            rebased.append(patch.id)
+    return problems, rebased
 
 
 def refresh(
@@ -373,8 +391,11 @@ def refresh(
             patch.diff_bytes = diff
             patch.file_patches = udiff.parse(diff, patch.diff)
             before = {(p.id, s.path): (s.pre, s.post) for p in series.patches for s in p.files}
-            problems = recompute_hashes(series, reader.read)
-            atomic_write(series.folder / patch.diff, diff)
+            problems, rebased = recompute_hashes(series, reader.read)
+            atomic_write(series.folder / patch.diff, patch.diff_bytes)
+            for other in series.patches:
+                if other.id in rebased and other is not patch:
+                    atomic_write(series.folder / other.diff, other.diff_bytes)
             series_mod.write(series)
             rehashed = sorted(
                 f"{p.id}:{s.path}"
@@ -385,12 +406,17 @@ def refresh(
             )
     finally:
         reader.close()
-    report = RefreshReport(patch, sorted(changed), rehashed, None, problems)
+    report = RefreshReport(
+        patch, sorted(changed), rehashed, [r for r in rebased if r != name], None, problems
+    )
     if run_check and not problems:
         try:
             report.check = check()
         except UserError as exc:
-            report.problems.append(f"series check after refresh failed: {exc}")
+            report.problems.append(
+                f"wrote {patch.diff} and series.yaml, but the series check then failed (fix the work tree "
+                f"and refresh again): {exc}"
+            )
     return report
 
 

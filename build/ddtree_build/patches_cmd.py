@@ -52,6 +52,8 @@ def _edit(args: argparse.Namespace) -> int:
 def _refresh(args: argparse.Namespace) -> int:
     report = patch_workflow.refresh(args.name, purpose=args.purpose, signature_args=args.signatures)
     print(f"wrote patches/{report.patch.diff}: {len(report.changed)} file(s): {', '.join(report.changed)}")
+    if report.rebased:
+        print(f"rebased later patches (same change, new line numbers): {', '.join(report.rebased)}")
     if report.rehashed:
         print(f"re-hashed later patches: {', '.join(report.rehashed)}")
     for spec in report.patch.files:

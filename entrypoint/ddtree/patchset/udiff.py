@@ -222,8 +222,11 @@ def _drop_newline(hunk: Hunk, origin: str, i: int) -> None:
     hunk.lines[-1] = (tag, text[:-1] if text.endswith(b"\n") else text)
 
 
-def apply_file(old: bytes | None, patch: FilePatch, origin: str) -> bytes:
-    """Apply `patch` to `old` (None = the file does not exist) exactly, or raise HunkError."""
+def apply_file(old: bytes | None, patch: FilePatch, origin: str, allow_offset: bool = False) -> bytes:
+    """Apply `patch` to `old` (None = the file does not exist) exactly, or raise HunkError.
+
+    allow_offset is only for `refresh` rebasing a later patch after an earlier one changed line counts:
+    each hunk's full context must still match exactly, at the nearest place after the previous hunk."""
     if patch.is_new:
         if old is not None:
             raise HunkError(f"{patch.path} already exists but {origin} creates it", kind="applied")
@@ -237,7 +240,10 @@ def apply_file(old: bytes | None, patch: FilePatch, origin: str) -> bytes:
         want = hunk.old_lines()
         start = hunk.old_start - 1 if hunk.old_len else hunk.old_start
         if start < pos or src[start : start + len(want)] != want:
-            raise _explain_miss(src, hunk, number, patch.path, origin)
+            found = [s for s in _find(src, want) if s >= pos] if allow_offset else []
+            if not found:
+                raise _explain_miss(src, hunk, number, patch.path, origin)
+            start = min(found, key=lambda s: abs(s - start))
         out.extend(src[pos:start])
         out.extend(hunk.new_lines())
         pos = start + len(want)
