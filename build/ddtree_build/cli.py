@@ -11,7 +11,17 @@ from ddtree_build.errors import UserError
 
 # Each entry is a module under ddtree_build with a `register(subparsers)` function.
 # Adding a command = adding its module name here.
-COMMAND_MODULES: tuple[str, ...] = ("engine", "base_image", "freeze", "lock", "render", "image", "patches_cmd", "capture")
+COMMAND_MODULES: tuple[str, ...] = (
+    "engine",
+    "base_image",
+    "freeze",
+    "lock",
+    "render",
+    "image",
+    "patches_cmd",
+    "capture",
+    "import_package",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

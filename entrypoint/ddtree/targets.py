@@ -11,7 +11,7 @@ Public API (stable; serve, render and selfcheck call these):
                                                   else the checkout's env/targets
     server_argv(args) -> list[str]                {flag: value} -> ["--flag", "value", ...]
     merge_server_args(base, overrides) -> dict    overrides win; a value of None or False removes a flag
-    Target.server_argv(overrides=None) -> list[str]
+    Target.server_argv(overrides=None) -> list[str]   structured flags, then extra_args verbatim
     Target.arch -> "sm_120"; Target.compute_capability -> "12.0"
 
 Value rules for server_args: True -> bare `--flag`; False/None -> flag left out; a list -> `--flag a b`
@@ -54,6 +54,8 @@ _TOP_KEYS = {
     "tensor_parallel",
     "environment",
     "server_args",
+    "extra_args",
+    "origin",
 }
 _GPU_KEYS = {"model", "compute_capability", "count", "memory_gb"}
 _FLAG = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -81,6 +83,10 @@ class Target:
     tensor_parallel: int
     environment: dict[str, str] = field(default_factory=dict)
     server_args: dict[str, ServerArgValue] = field(default_factory=dict)
+    # Tokens appended verbatim after the structured flags (flags `import` did not know how to map).
+    extra_args: tuple[str, ...] = ()
+    # Free-form provenance (what `import` read, host paths it replaced); never turned into argv.
+    origin: dict[str, Any] = field(default_factory=dict)
 
     @property
     def compute_capability(self) -> str:
@@ -93,7 +99,7 @@ class Target:
         return f"sm_{major}{minor}"
 
     def server_argv(self, overrides: Mapping[str, ServerArgValue] | None = None) -> list[str]:
-        return server_argv(merge_server_args(self.server_args, overrides or {}))
+        return server_argv(merge_server_args(self.server_args, overrides or {})) + list(self.extra_args)
 
 
 def default_targets_dir() -> Path:
@@ -202,6 +208,22 @@ def _server_args(source: Path | str, data: Any) -> dict[str, ServerArgValue]:
     return dict(data)
 
 
+def _extra_args(source: Path | str, data: Any) -> tuple[str, ...]:
+    if data is None:
+        return ()
+    if not isinstance(data, list) or not all(isinstance(v, str) for v in data):
+        raise _fail(source, "extra_args", "must be a list of strings (argv tokens, appended verbatim)")
+    return tuple(data)
+
+
+def _origin(source: Path | str, data: Any) -> dict[str, Any]:
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise _fail(source, "origin", "must be a mapping (provenance notes)")
+    return dict(data)
+
+
 def _cross_checks(source: Path | str, target: Target) -> None:
     """Rules that tie fields together: each one is a fact about the hardware (see DESIGN.md)."""
     args = target.server_args
@@ -252,6 +274,8 @@ def validate_target(data: Any, source: Path | str) -> Target:
         tensor_parallel=_int(source, data, "tensor_parallel"),
         environment=_environment(source, data.get("environment")),
         server_args=_server_args(source, data.get("server_args")),
+        extra_args=_extra_args(source, data.get("extra_args")),
+        origin=_origin(source, data.get("origin")),
     )
     _cross_checks(source, target)
     return target
