@@ -141,18 +141,16 @@ class _Handler(BaseHTTPRequestHandler):
 
         def events() -> Iterator[Any]:
             for verify, (_, done) in enumerate(self._timed_chunks(max_tokens), start=1):
-                yield {
-                    "text": "x" * done,
-                    "output_ids": list(range(done)),
-                    "meta_info": {
-                        "id": "req",
-                        "prompt_tokens": prompt_tokens,
-                        "completion_tokens": done,
-                        "spec_verify_ct": verify,
-                        "spec_accept_length": done / verify,
-                        "finish_reason": {"type": "length"} if done == max_tokens else None,
-                    },
+                meta: dict[str, Any] = {
+                    "id": "req",
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": done,
+                    "finish_reason": {"type": "length"} if done == max_tokens else None,
                 }
+                if done == max_tokens and cfg.speculative_algorithm:
+                    # Like 0.5.13.post1: spec metrics only on the finished chunk.
+                    meta.update(spec_verify_ct=verify, spec_accept_length=done / verify)
+                yield {"text": "x" * done, "output_ids": list(range(done)), "meta_info": meta}
             yield "[DONE]"
 
         self._sse(events())

@@ -37,8 +37,10 @@ def test_tok_s_and_ttft_match_the_controlled_timing(double, api: str) -> None:
     res = client.stream(req)
     assert res.ok, res.error
     assert res.output_tokens == MAX_TOKENS
-    assert res.ttft_s == pytest.approx(TTFT, rel=0.25, abs=0.02)
-    assert res.decode_tok_s == pytest.approx(expected_decode_rate(), rel=0.15)
+    # Never earlier than the server's first token; later only by client and scheduler overhead
+    # (loose upper bound: this machine is shared by parallel test runs).
+    assert TTFT - 0.005 <= (res.ttft_s or 0) <= TTFT + 0.06
+    assert res.decode_tok_s == pytest.approx(expected_decode_rate(), rel=0.2)
     # One chunk per verify step: counting chunks would give a quarter of the true rate.
     assert res.chunks <= MAX_TOKENS // PER_CHUNK + 3
     if api == "chat":
