@@ -10,7 +10,7 @@ from ddtree import __version__
 from ddtree.errors import UserError
 
 # Each entry is a module under ddtree with a `register(subparsers)` function.
-COMMAND_MODULES: tuple[str, ...] = ("selfcheck", "serve", "bench_cmd")
+COMMAND_MODULES: tuple[str, ...] = ("selfcheck", "serve", "bench_cmd", "weights")
 
 
 def build_parser() -> argparse.ArgumentParser:

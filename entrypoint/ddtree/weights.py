@@ -469,3 +469,73 @@ def describe_hash_failure(report: HashReport, folder: Path, manifest: Path) -> s
         f"{manifest} lists {report.absent[0]} which is not in {folder} ({len(report.absent)} absent): "
         "finish the download"
     )
+
+
+def manifest_text(digests: dict[str, str]) -> str:
+    """sha256sum's format, sorted by path: `sha256sum -c` checks it from inside the folder."""
+    return "".join(f"{digest}  {name}\n" for name, digest in sorted(digests.items()))
+
+
+def write_manifest(digests: dict[str, str], path: Path) -> None:
+    from ddtree.fsutil import atomic_write
+
+    atomic_write(Path(path), manifest_text(digests))
+
+
+# ---------------------------------------------------------------------------------------------------
+# `ddtree weights`: the same checks by hand, and the manifest writer (capture runs it on the source host)
+# ---------------------------------------------------------------------------------------------------
+
+
+def _cmd_check(args: Any) -> int:
+    summary = check_target(Path(args.target), args.model_type or None)
+    print(
+        f"ok   weights  {summary.path}: {summary.model_type}, {summary.num_hidden_layers} layers, "
+        f"{len(summary.shards)} shards, {summary.total_bytes / 1e9:.1f} GB"
+    )
+    if args.drafter:
+        drafter = check_drafter(Path(args.drafter), args.block_size, summary.num_hidden_layers)
+        print(f"ok   drafter  {drafter.path}: block size {drafter.block_size}")
+    return 0
+
+
+def _cmd_hash(args: Any) -> int:
+    folder = Path(args.folder)
+    require_folder(folder, "weights", "the folder argument")
+    manifest = Path(args.manifest) if args.manifest else None
+    report = full_hash(folder, manifest=manifest, workers=args.workers)
+    if args.write:
+        write_manifest(report.digests, Path(args.write))
+        print(f"wrote {args.write}: {len(report.digests)} shards ({report.seconds:.1f} s)")
+    else:
+        sys.stdout.write(manifest_text(report.digests))
+    if manifest is not None and not report.ok:
+        raise UserError(describe_hash_failure(report, folder, manifest))
+    if manifest is not None:
+        print(f"ok   {len(report.digests)} shards match {manifest}", file=sys.stderr)
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    import argparse
+
+    parser = subparsers.add_parser("weights", help="check a weights folder, or hash it (manifest)")
+    sub = parser.add_subparsers(dest="weights_command", required=True, metavar="ACTION")
+    chk = sub.add_parser(
+        "check", help="the fast check: config, model type, index, every shard header and size"
+    )
+    chk.add_argument("target", help="the target model folder")
+    chk.add_argument("--model-type", default="kimi_k25", help="expected config.json model_type ('' for any)")
+    chk.add_argument("--drafter", help="the DFlash drafter folder")
+    chk.add_argument("--block-size", type=int, default=8, help="the configured block size (num-draft-tokens)")
+    chk.set_defaults(func=_cmd_check)
+    hsh = sub.add_parser(
+        "hash",
+        help="sha256 of every shard in parallel (progress on stderr)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    hsh.add_argument("folder")
+    hsh.add_argument("--write", metavar="FILE", help="write the `sha256  path` manifest here (else stdout)")
+    hsh.add_argument("--manifest", metavar="FILE", help="compare with this manifest; exit 1 on a difference")
+    hsh.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="threads")
+    hsh.set_defaults(func=_cmd_hash)

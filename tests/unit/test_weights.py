@@ -218,3 +218,26 @@ def test_write_shard_roundtrip(tmp_path: Path) -> None:
     size = write_shard(tmp_path / "x.safetensors", {"a": 10, "b": 6})
     info = weights.check_shard(tmp_path / "x.safetensors")
     assert info.size == size and info.tensors == 2
+
+
+def test_cli_check_and_hash_roundtrip(tmp_path: Path, capsys) -> None:
+    """`ddtree weights check|hash`: the manifest it writes is sha256sum's format and checks back."""
+    from ddtree import cli
+
+    paths = write_target(tmp_path / "t", shards=3, tensor_bytes=5000)
+    write_drafter(tmp_path / "d")
+    assert cli.main(["weights", "check", str(tmp_path / "t"), "--drafter", str(tmp_path / "d")]) == 0
+    assert "ok   drafter" in capsys.readouterr().out
+    manifest = tmp_path / "weights.sha256"
+    assert cli.main(["weights", "hash", str(tmp_path / "t"), "--write", str(manifest)]) == 0
+    lines = manifest.read_text().splitlines()
+    assert lines == [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}" for p in paths]
+    assert cli.main(["weights", "hash", str(tmp_path / "t"), "--manifest", str(manifest)]) == 0
+    with open(paths[2], "r+b") as handle:
+        handle.seek(-1, 2)
+        handle.write(b"\x01")
+    capsys.readouterr()
+    assert cli.main(["weights", "hash", str(tmp_path / "t"), "--manifest", str(manifest)]) == 1
+    assert f"shard {paths[2]} does not match {manifest} (1 mismatched)" in capsys.readouterr().err
+    write_target(tmp_path / "bad", model_type="llama")
+    assert cli.main(["weights", "check", str(tmp_path / "bad")]) == 1
