@@ -238,3 +238,27 @@ def test_cli_offline_json_on_a_checkout(tmp_path: Path) -> None:
     assert statuses["target"] == "pass" and statuses["weights"] == "skip" and statuses["gpu"] == "skip"
     for name in ("lock", "patches", "patched-files", "labels", "shm", "drafter", "weights-hash"):
         assert name in statuses
+
+
+def test_cli_full_hash_flags(models, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """--full-hash and --weights-manifest reach the check through the real argument parser."""
+    from ddtree import cli
+
+    for key, value in models.items():
+        monkeypatch.setenv(key, value)
+    manifest = tmp_path / "w.sha256"
+    manifest.write_text(f"{'0' * 64}  model-00001-of-00004.safetensors\n")
+    code = cli.main(
+        [
+            "selfcheck",
+            "--offline",
+            "--json",
+            "--only",
+            "weights-hash",
+            "--full-hash",
+            "--weights-manifest",
+            str(manifest),
+        ]
+    )
+    row = json.loads(capsys.readouterr().out)["checks"][0]
+    assert code == 1 and row["status"] == "fail" and "does not match" in row["detail"]
