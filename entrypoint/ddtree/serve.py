@@ -1,7 +1,7 @@
 """`ddtree serve`: the image's entrypoint. Check everything cheap, then become the SGLang server.
 
 Order: pick the target profile baked into the image (DDTREE_TARGET), apply the environment overrides,
-check the weights, the drafter, the GPUs, /dev/shm and the port, print the command one argument per line
+check the weights, the drafter, the GPUs, /dev/shm and the port, print the command one option per line
 (secrets masked), then `os.execvp` the server. Any failure stops here, within seconds, with one line
 naming the path or value and the fix; nothing has loaded 600 GB yet.
 
@@ -105,23 +105,6 @@ def _argv_value(argv: Sequence[str], flag: str) -> str | None:
         elif arg.startswith(flag + "="):
             value = arg.split("=", 1)[1]
     return value
-
-
-def _set_flag(argv: list[str], flag: str, value: str) -> list[str]:
-    """Replace every occurrence of `flag`'s value, or append it."""
-    out: list[str] = []
-    skip = False
-    for i, arg in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        if arg == flag and i + 1 < len(argv):
-            skip = True
-            continue
-        if arg.startswith(flag + "="):
-            continue
-        out.append(arg)
-    return [*out, flag, value]
 
 
 # Environment variable -> server flag (profile keys are flags without the leading --).
