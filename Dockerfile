@@ -116,6 +116,26 @@ ARG FREEZE_SHA256
 ARG PATCHES_SHA256
 ARG BASE_IMAGE
 ARG BASE_DIGEST
+# The same labels as JSON inside the image, for `ddtree selfcheck` (a container cannot read its own labels).
+# This tiny layer and the LABEL below are the only ones that change from commit to commit.
+RUN python -c 'import json, sys; a = sys.argv[1:]; print(json.dumps(dict(zip(a[::2], a[1::2])), indent=2))' \
+        "org.opencontainers.image.title" "ddtree-pro6000" \
+        "org.opencontainers.image.description" "Kimi K2.6 on SGLang 0.5.13.post1 with DFlash + DDTree, target pro6000" \
+        "org.opencontainers.image.created" "${IMAGE_CREATED}" \
+        "org.opencontainers.image.revision" "${VCS_REF}" \
+        "org.opencontainers.image.version" "${IMAGE_VERSION}" \
+        "org.opencontainers.image.licenses" "Apache-2.0" \
+        "org.opencontainers.image.base.name" "${BASE_IMAGE}" \
+        "org.opencontainers.image.base.digest" "${BASE_DIGEST}" \
+        "io.ddtree.source-date-epoch" "${SOURCE_DATE_EPOCH}" \
+        "io.ddtree.freeze.sha256" "${FREEZE_SHA256}" \
+        "io.ddtree.patches.sha256" "${PATCHES_SHA256}" \
+        "io.ddtree.sglang.version" "0.5.13.post1" \
+        "io.ddtree.python.version" "3.12" \
+        "io.ddtree.cuda.version" "13.0.88" \
+        "io.ddtree.base" "nvidia" \
+        "io.ddtree.target" "pro6000" \
+        > /opt/ddtree/image-labels.json
 # Labels last: the per-commit values above invalidate nothing but this metadata.
 LABEL org.opencontainers.image.title="ddtree-pro6000" \
       org.opencontainers.image.description="Kimi K2.6 on SGLang 0.5.13.post1 with DFlash + DDTree, target pro6000" \

@@ -10,6 +10,7 @@ ARGs that `ddtree-build image` fills at build time, which keeps the committed Do
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import re
 import sys
@@ -66,6 +67,36 @@ class RenderContext:
     port: int
     apt_packages: tuple[str, ...]
     target_env: tuple[tuple[str, str], ...]
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+def label_pairs(ctx: RenderContext) -> tuple[tuple[str, str], ...]:
+    """The image labels, in a fixed order; `${ARG}` values are filled at build time (LABEL and RUN alike)."""
+    pairs = [
+        ("org.opencontainers.image.title", f"ddtree-{ctx.target}"),
+        (
+            "org.opencontainers.image.description",
+            f"Kimi K2.6 on SGLang {ctx.sglang_version} with DFlash + DDTree, target {ctx.target}",
+        ),
+        ("org.opencontainers.image.created", "${IMAGE_CREATED}"),
+        ("org.opencontainers.image.revision", "${VCS_REF}"),
+        ("org.opencontainers.image.version", "${IMAGE_VERSION}"),
+        ("org.opencontainers.image.licenses", "Apache-2.0"),
+        ("org.opencontainers.image.base.name", "${BASE_IMAGE}"),
+    ]
+    if ctx.base == "nvidia":
+        pairs.append(("org.opencontainers.image.base.digest", "${BASE_DIGEST}"))
+    pairs += [
+        ("io.ddtree.source-date-epoch", "${SOURCE_DATE_EPOCH}"),
+        ("io.ddtree.freeze.sha256", "${FREEZE_SHA256}"),
+        ("io.ddtree.patches.sha256", "${PATCHES_SHA256}"),
+        ("io.ddtree.sglang.version", ctx.sglang_version),
+        ("io.ddtree.python.version", ctx.python_version),
+        ("io.ddtree.cuda.version", ctx.cuda_version),
+        ("io.ddtree.base", ctx.base),
+        ("io.ddtree.target", ctx.target),
+    ]
+    return tuple(pairs)
 
 
 # ---------------------------------------------------------------- reading env/
@@ -188,7 +219,7 @@ def build_context(target: str, base: str) -> RenderContext:
     freeze = ENV_DIR / "freeze.txt"
     sglang_version = sglang_version_of(freeze if freeze.exists() else REPO_ROOT / lock_file)
     port, target_env = _target_facts(target)
-    return RenderContext(
+    context = RenderContext(
         target=target,
         base=base,
         base_image=base_image,
@@ -204,6 +235,7 @@ def build_context(target: str, base: str) -> RenderContext:
         apt_packages=apt_packages_for(base),
         target_env=target_env,
     )
+    return dataclasses.replace(context, labels=label_pairs(context))
 
 
 # ---------------------------------------------------------------- rendering
@@ -222,6 +254,11 @@ def env_pairs(pairs: tuple[tuple[str, str], ...]) -> str:
     return " \\\n    ".join(f"{key}={docker_quote(value)}" for key, value in pairs)
 
 
+def label_lines(pairs: tuple[tuple[str, str], ...]) -> str:
+    """The body of the LABEL instruction, one key="value" per continued line."""
+    return " \\\n      ".join(f'{key}="{value}"' for key, value in pairs)
+
+
 def render_text(context: RenderContext, template_dir: Path = TEMPLATES_DIR) -> str:
     """Render the template; StrictUndefined so a missing fact fails instead of rendering empty."""
     import jinja2
@@ -236,6 +273,7 @@ def render_text(context: RenderContext, template_dir: Path = TEMPLATES_DIR) -> s
     )
     env.filters["dockerquote"] = docker_quote
     env.filters["envpairs"] = env_pairs
+    env.filters["labelpairs"] = label_lines
     text = env.get_template(TEMPLATE_NAME).render(**asdict(context))
     # One trailing newline, no trailing spaces: the committed file stays diff-clean whatever the template.
     return "\n".join(line.rstrip() for line in text.rstrip("\n").splitlines()) + "\n"

@@ -106,6 +106,11 @@ def test_tags_labels_and_entrypoint(docker: str, ci_image: image.ImageResult) ->
     assert labels["org.opencontainers.image.revision"] == revision
     assert labels["org.opencontainers.image.created"] == image.rfc3339(epoch)
     assert labels["io.ddtree.source-date-epoch"] == str(epoch)
+    baked = _run(
+        docker, "run", "--rm", "--entrypoint", "cat", ci_image.tags[0], "/opt/ddtree/image-labels.json"
+    )
+    ours = {k: v for k, v in labels.items() if k.startswith(image.LABEL_PREFIXES)}  # not the base's own
+    assert json.loads(baked.stdout) == ours, "the JSON copy for selfcheck differs from the image labels"
     config = image.inspect_image(ci_image.tags[0])["Config"]
     assert config["Entrypoint"] == ["ddtree", "serve"]
     assert f"DDTREE_TARGET={TARGET}" in config["Env"]
@@ -158,7 +163,8 @@ def test_rebuild_reuses_the_dependency_layer(
     again = image.build(TARGET, "bootstrap", TEST_NAME, lock=lock, hf_token=HF_CANARY, log=log, say=print)
     text = log.read_text()
     install_step = re.search(r"^#(\d+) \[deps \d/\d\] RUN .*--require-hashes", text, re.M)
-    assert install_step and f"#{install_step.group(1)} CACHED" in text, text[-3000:]
+    assert install_step, "no install step in the log:\n" + "\n".join(re.findall(r"^#\d+ \[.*", text, re.M))
+    assert f"#{install_step.group(1)} CACHED" in text, text[-3000:]
     steps = set(re.findall(r"^#(\d+) \[", text, re.M))
     cached = set(re.findall(r"^#(\d+) CACHED", text, re.M))
     if steps == cached and again.build_args == ci_image.build_args:

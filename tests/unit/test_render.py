@@ -119,7 +119,13 @@ def test_stages_have_banners_and_labels_come_last(fake_env: Path, base: str) -> 
     instructions = _instructions(text)
     assert instructions[-1].startswith("LABEL ")
     after_entrypoint = instructions[instructions.index('ENTRYPOINT ["ddtree", "serve"]') + 1 :]
-    assert all(item.startswith(("ARG ", "LABEL ")) for item in after_entrypoint)
+    label_run = [item for item in after_entrypoint if item.startswith("RUN ")]
+    assert len(label_run) == 1 and label_run[0].endswith("> /opt/ddtree/image-labels.json")
+    assert all(item.startswith(("ARG ", "LABEL ")) for item in after_entrypoint if item not in label_run)
+    # The JSON copy for the self-check carries exactly the LABEL's pairs, in order.
+    run_pairs = re.findall(r'"([a-z][\w.-]+)" "([^"]*)"', label_run[0])
+    assert run_pairs == re.findall(r'([a-z][\w.-]+)="([^"]*)"', instructions[-1])
+    assert len(run_pairs) >= 15
     label = instructions[-1]
     for key in (
         "org.opencontainers.image.created",
