@@ -128,16 +128,40 @@ def _same(expected: Any, actual: Any) -> bool:
         return expected == actual
 
 
+# The block size may live in its own field: the profile passes B as --speculative-num-draft-tokens, and a
+# DDTree integration may keep B apart and set num_draft_tokens to the verify width (budget + 1).
+BLOCK_SIZE_KEYS = (
+    "speculative_dflash_block_size",
+    "speculative_ddtree_block_size",
+    "speculative_num_draft_tokens",
+)
+
+
+def _setting(info: dict[str, Any], key: str, want: Any) -> tuple[bool, Any, str]:
+    """(found and equal, the value seen, the key it was read from) for one measured setting."""
+    keys = BLOCK_SIZE_KEYS if key == "speculative_num_draft_tokens" else (key,)
+    present = [(k, info[k]) for k in keys if info.get(k) is not None]
+    for k, value in present:
+        if _same(want, value):
+            return True, value, k
+    if present:
+        return False, present[-1][1], present[-1][0]
+    return False, None, key
+
+
 def check_settings(info: dict[str, Any], expected: dict[str, Any]) -> LiveCheck:
     """Every measured setting is what the server runs with (its server_args are in the info dump)."""
     wrong = []
+    shown: dict[str, Any] = {}
     for flag, want in expected.items():
-        key = _info_key(flag)
-        if key not in info:
+        ok, value, key = _setting(info, _info_key(flag), want)
+        shown[key] = value
+        if ok:
+            continue
+        if value is None:
             wrong.append(f"{key} absent (is the DDTree patch set applied?)")
-        elif not _same(want, info[key]):
-            wrong.append(f"{key}={info[key]!r}, expected {want!r}")
-    shown = {_info_key(f): info.get(_info_key(f)) for f in expected}
+        else:
+            wrong.append(f"{key}={value!r}, expected {want!r}")
     if wrong:
         return LiveCheck(
             "settings", "fail", "; ".join(wrong) + ": start the server with the target profile", shown

@@ -281,3 +281,14 @@ def test_cli_live_and_offline_exclusive(capsys) -> None:
     with pytest.raises(SystemExit) as info:
         cli.main(["selfcheck", "--offline", "--live", "http://127.0.0.1:1"])
     assert info.value.code == 2
+
+
+def test_block_size_kept_apart(expectation: live.Expectation) -> None:
+    """A DDTree integration may keep B in its own field and set num_draft_tokens to budget + 1."""
+    info = {**GOOD_INFO, "speculative_num_draft_tokens": 9, "speculative_dflash_block_size": 8}
+    report = check(Behaviour(server_info=info), expectation)
+    assert report.verdict == live.REPRODUCED, live.render_table(report)
+    info = {**GOOD_INFO, "speculative_num_draft_tokens": 9}
+    report = check(Behaviour(server_info=info), expectation)
+    assert report.verdict == live.FAILED
+    assert "speculative_num_draft_tokens=9, expected 8" in report.checks[2].detail
