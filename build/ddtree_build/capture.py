@@ -97,11 +97,12 @@ def probe_python(python: str) -> tuple[dict, str]:
         detail = (done.stderr.strip().splitlines() or [""])[-1] if done else "cannot run it"
         raise UserError(f"--python {python}: not a working Python interpreter ({detail})")
     info = json.loads(done.stdout)
-    freeze = _run([python, "-m", "pip", "freeze", "--all"])
+    # Plain `pip freeze` (no --all), as the original team recorded it: pip/setuptools/wheel are not the stack.
+    freeze = _run([python, "-m", "pip", "freeze"])
     if freeze is not None and freeze.returncode == 0:
         return info, freeze.stdout
     # No pip in that environment (uv venvs): this tool's pip reads its site-packages instead.
-    freeze = _run([sys.executable, "-m", "pip", "freeze", "--all", "--path", info["purelib"]])
+    freeze = _run([sys.executable, "-m", "pip", "freeze", "--path", info["purelib"]])
     if freeze is not None and freeze.returncode == 0:
         return info, freeze.stdout
     # No pip at all: the same list from the interpreter's metadata.

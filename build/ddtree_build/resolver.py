@@ -48,7 +48,7 @@ def compile_requirements(
         output = Path(tmp) / "requirements.txt"
         shown = [
             "uv", "pip", "compile", "--python-version", python, "--python-platform", platform,
-            "--index-url", index_url, "--no-header", "--no-annotate",
+            "--index-url", index_url, "--no-header", "--no-annotate", "--no-config",
         ]  # fmt: skip
         if exclude_newer:
             shown += ["--exclude-newer", exclude_newer]
@@ -57,7 +57,8 @@ def compile_requirements(
         env = dict(os.environ)
         if SYSTEM_CA.is_file():
             env.setdefault("SSL_CERT_FILE", str(SYSTEM_CA))
-        env.pop("UV_INDEX_URL", None)
+        for name in ("UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_INDEX", "UV_FIND_LINKS", "UV_EXCLUDE_NEWER"):
+            env.pop(name, None)  # only the index and date given here count
         argv = [find_uv(), *shown[1:], "--quiet", str(source), "-o", str(output)]
         done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
         if done.returncode != 0:

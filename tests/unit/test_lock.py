@@ -37,6 +37,7 @@ def test_each_committed_lock_agrees_with_the_freeze_pin_for_pin(repo_root: Path)
         pins = read_pins(env / profile.output)
         assert pins, profile.output
         for pin in pins:
+            assert pin.text.startswith(f"{pin.name}=="), f"{profile.output}: {pin.text!r} not normalized"
             assert pin.hashes, f"{profile.output}: {pin.name} unhashed"
             assert all(h.startswith("sha256:") for h in pin.hashes)
         got = {p.name: p.version for p in pins}
