@@ -25,7 +25,9 @@ from pathlib import Path
 
 from packaging.markers import Marker
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, Specifier
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion
 
 from ddtree.errors import UserError
 
@@ -240,6 +242,14 @@ def installed_versions() -> dict[str, str]:
     return found
 
 
+def _same_version(pinned: str, installed: str) -> bool:
+    """PEP 440 `==pinned`: 0.5.13-post1 equals 0.5.13.post1, and a local tag (2.11.0+cu130) matches 2.11.0."""
+    try:
+        return Specifier(f"=={pinned}").contains(installed, prereleases=True)
+    except (InvalidSpecifier, InvalidVersion):
+        return pinned == installed
+
+
 def diff_installed(expected: Mapping[str, str], installed: Mapping[str, str] | None = None) -> list[str]:
     """Lines describing each distribution that is missing or at another version (extras are not errors)."""
     have = installed_versions() if installed is None else dict(installed)
@@ -247,6 +257,6 @@ def diff_installed(expected: Mapping[str, str], installed: Mapping[str, str] | N
     for name, version in sorted(expected.items()):
         if name not in have:
             problems.append(f"{name}: missing (lock pins {version})")
-        elif have[name] != version:
+        elif not _same_version(version, have[name]):
             problems.append(f"{name}: installed {have[name]}, lock pins {version}")
     return problems

@@ -80,6 +80,11 @@ def test_read_lock_requires_hashes_and_evaluates_markers(tmp_path: Path) -> None
 def test_diff_installed_lists_missing_and_different() -> None:
     problems = diff_installed({"a": "1", "b": "2", "c": "3"}, {"a": "1", "b": "9", "extra": "1"})
     assert problems == ["b: installed 9, lock pins 2", "c: missing (lock pins 3)"]
+    same = {"torch": "2.11.0+cu130", "sglang": "0.5.13-post1", "x": "1.0.0"}
+    assert diff_installed({"torch": "2.11.0", "sglang": "0.5.13.post1", "x": "1.0"}, same) == []
+    assert diff_installed({"torch": "2.11.0+cu128"}, {"torch": "2.11.0+cu130"}) == [
+        "torch: installed 2.11.0+cu130, lock pins 2.11.0+cu128"
+    ]
 
 
 def test_header_round_trip() -> None:
