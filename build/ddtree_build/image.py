@@ -202,6 +202,8 @@ def build(
     ca_bundle: Path | None = None,
     log: Path | None = None,
     extra_tags: tuple[str, ...] = (),
+    no_cache: bool = False,
+    context_hook: Callable[[Path], None] | None = None,
     say: Callable[[str], None] = print,
 ) -> ImageResult:
     """Set up the engine, render, build with BuildKit, tag `<name>:<target>` and `<name>:<target>-<sha>`."""
@@ -218,34 +220,45 @@ def build(
             "pull it on a connected host (docker save | docker load) or use --base bootstrap"
         )
     text = render.render_text(ctx)
-    folder = CACHE_DIR / "image" / f"context-{target}-{chosen}"
-    dockerfile = stage_context(folder, text, lock)
-    lock_file = OVERRIDE_LOCK if lock is not None else ctx.lock_file
-    if not (folder / lock_file).is_file():
-        raise UserError(f"{lock_file} is missing; run `make lock` (ddtree-build lock) first")
-    build_args = build_args_for(ctx, lock_file, pip_check if pip_check is not None else lock is None)
-    _, short, _ = commit_facts()
-    tags = [f"{name}:{target}", f"{name}:{target}-{short}", *extra_tags]
-    iid_file = folder.parent / f"iid-{target}-{chosen}"
-    iid_file.unlink(missing_ok=True)
-    extra = ["--iidfile", str(iid_file)]
-    for extra_tag in tags[1:]:
-        extra += ["-t", extra_tag]
-    say(f"image: building {', '.join(tags)} (target {target}, base {chosen}, context {folder})")
-    start = time.monotonic()
-    token = hf_token if hf_token is not None else os.environ.get("HF_TOKEN")
-    with build_secrets(token, ca_bundle) as secrets:
-        engine.build_image(
-            folder,
-            tags[0],
-            dockerfile=dockerfile,
-            build_args=build_args,
-            secrets=secrets,
-            log=log,
-            extra_args=extra,
-        )
-    seconds = time.monotonic() - start
-    info = inspect_image(tags[0])
+    work = CACHE_DIR / "image"
+    work.mkdir(parents=True, exist_ok=True)
+    # A private context per build: concurrent builds (tests, benchmarks, make image) never share one.
+    folder = Path(tempfile.mkdtemp(prefix=f"context-{target}-{chosen}-", dir=work))
+    try:
+        dockerfile = stage_context(folder, text, lock)
+        if context_hook is not None:  # benchmarks edit the staged copy, never the checkout
+            context_hook(folder)
+        lock_file = OVERRIDE_LOCK if lock is not None else ctx.lock_file
+        if not (folder / lock_file).is_file():
+            raise UserError(f"{lock_file} is missing; run `make lock` (ddtree-build lock) first")
+        build_args = build_args_for(ctx, lock_file, pip_check if pip_check is not None else lock is None)
+        _, short, _ = commit_facts()
+        tags = [f"{name}:{target}", f"{name}:{target}-{short}", *extra_tags]
+        iid_file = folder / "image-id"
+        extra = ["--iidfile", str(iid_file), *(["--no-cache"] if no_cache else [])]
+        for extra_tag in tags[1:]:
+            extra += ["-t", extra_tag]
+        say(f"image: building {', '.join(tags)} (target {target}, base {chosen})")
+        start = time.monotonic()
+        token = hf_token if hf_token is not None else os.environ.get("HF_TOKEN")
+        with build_secrets(token, ca_bundle) as secrets:
+            engine.build_image(
+                folder,
+                tags[0],
+                dockerfile=dockerfile,
+                build_args=build_args,
+                secrets=secrets,
+                log=log,
+                extra_args=extra,
+            )
+        seconds = time.monotonic() - start
+        image_id = iid_file.read_text().strip()
+        # The Dockerfile this image was built from, kept for people (the context itself is removed).
+        kept = work / f"Dockerfile.{target}-{chosen}"
+        atomic_write(kept, dockerfile.read_text())
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    info = inspect_image(image_id)  # by id: a concurrent build may have moved the tag meanwhile
     labels = {k: v for k, v in sorted((info.get("Config", {}).get("Labels") or {}).items())}
     return ImageResult(
         tags=tags,
@@ -254,7 +267,7 @@ def build(
         labels=labels,
         base=chosen,
         seconds=seconds,
-        dockerfile=dockerfile,
+        dockerfile=kept,
         build_args=build_args,
     )
 
