@@ -1,127 +1,105 @@
-"""Is a patched file really what the patch says? Parse, byte-compile, and find its signatures.
+"""Is a patched file really what the patch says? Byte-compile it and find its signatures.
 
-What "a signature is present" means (decided here, documented in patches/README.md):
-- A plain identifier (`build_ddtree`): in a .py file it must occur in the syntax tree as a name that code
-  defines or uses: a def/class name, an assigned or loaded name, an attribute (`x.build_ddtree`), a function
-  parameter, a keyword argument, or an imported name. Comments and string literals do not count, so a
-  commented-out fix or a docstring mentioning it cannot satisfy the check.
-- A dotted name (`CudaGraphRunner.capture`): a definition with that qualified name (method `capture` in
-  class `CudaGraphRunner`), an attribute chain ending in it (`self.runner.capture` matches
-  `runner.capture`), or an import of that dotted module path.
-- Anything else (`--speculative-ddtree-budget`, `"DDTREE"`): must be inside a string literal in the code.
-- Non-Python files: a word-boundary match on lines that are not comments (#, //).
+What "a signature is present" means (decided here, documented in patches/README.md). The file is compiled
+by the running interpreter (proving it parses and byte-compiles), and the compiled code objects are read:
+- A plain identifier (`build_ddtree`) must be a name the code defines or uses: a def/class name, a global,
+  local, argument, attribute or imported name, or a keyword-argument name in a call. Comments, docstrings
+  and other string literals do not count, so a commented-out fix cannot satisfy the check. (Keyword names
+  are read from the call's name tuple, so a literal tuple of identifier strings counts as well.)
+- A dotted name (`CudaGraphRunner.capture`): a definition with that qualified name (method `capture` of class
+  `CudaGraphRunner`), an imported dotted module path, or an attribute chain in the code that ends with it
+  (`self.runner.capture` matches `runner.capture`).
+- Anything else (`--speculative-ddtree-budget`, `DDTREE: on`): must be inside a string literal in the code.
+- Non-Python files: a whole-word match on lines that are not comments (#, //).
+
+Why compiled code instead of `ast`: building Python AST objects for a 360 KB module (server_args.py) costs
+several times more than compiling it, and `verify` has a one-second budget.
 """
 
 from __future__ import annotations
 
-import ast
+import dis
 import re
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from types import CodeType
 
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DOTTED_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 
 
-@dataclass
-class _Index:
-    names: set[str] = field(default_factory=set)
-    dotted: set[str] = field(default_factory=set)  # qualified definitions, attribute chains, module paths
-    strings: list[str] = field(default_factory=list)
-
-
-class _Indexer(ast.NodeVisitor):
-    def __init__(self) -> None:
-        self.index = _Index()
-        self._scope: list[str] = []
-
-    def _define(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
-        self.index.names.add(node.name)
-        self._scope.append(node.name)
-        self.index.dotted.add(".".join(self._scope))
-        self.generic_visit(node)
-        self._scope.pop()
-
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _define
-
-    def visit_Name(self, node: ast.Name) -> None:
-        self.index.names.add(node.id)
-
-    def visit_Attribute(self, node: ast.Attribute) -> None:
-        self.index.names.add(node.attr)
-        chain = _attribute_chain(node)
-        if chain:
-            self.index.dotted.add(chain)
-        self.generic_visit(node)
-
-    def visit_arg(self, node: ast.arg) -> None:
-        self.index.names.add(node.arg)
-        self.generic_visit(node)
-
-    def visit_keyword(self, node: ast.keyword) -> None:
-        if node.arg:
-            self.index.names.add(node.arg)
-        self.generic_visit(node)
-
-    def visit_alias(self, node: ast.alias) -> None:
-        self.index.names.update(node.name.split("."))
-        self.index.dotted.add(node.name)
-        if node.asname:
-            self.index.names.add(node.asname)
-
-    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        if node.module:
-            self.index.names.update(node.module.split("."))
-            self.index.dotted.add(node.module)
-            for alias in node.names:
-                self.index.dotted.add(f"{node.module}.{alias.name}")
-        self.generic_visit(node)
-
-    def visit_Global(self, node: ast.Global) -> None:
-        self.index.names.update(node.names)
-
-    visit_Nonlocal = visit_Global
-
-    def visit_Constant(self, node: ast.Constant) -> None:
-        if isinstance(node.value, str):
-            self.index.strings.append(node.value)
-
-
-def _attribute_chain(node: ast.Attribute) -> str | None:
-    parts = [node.attr]
-    value = node.value
-    while isinstance(value, ast.Attribute):
-        parts.append(value.attr)
-        value = value.value
-    if not isinstance(value, ast.Name):
-        return None
-    parts.append(value.id)
-    return ".".join(reversed(parts))
-
-
-def compile_python(source: bytes, filename: str) -> tuple[ast.Module | None, str | None]:
-    """Parse and byte-compile; returns (tree, None) or (None, one-line reason)."""
+def compile_python(source: bytes, filename: str) -> tuple[CodeType | None, str | None]:
+    """Parse and byte-compile; returns (code, None) or (None, one-line reason)."""
     try:
-        tree = ast.parse(source, filename=filename)
-        compile(tree, filename, "exec", dont_inherit=True)
+        return compile(source, filename, "exec", dont_inherit=True), None
     except SyntaxError as exc:
         return None, f"{filename} does not parse: line {exc.lineno}: {exc.msg}"
     except (ValueError, UnicodeDecodeError) as exc:
         return None, f"{filename} does not compile: {exc}"
-    return tree, None
 
 
-def missing_in_python(tree: ast.Module, signatures: list[str]) -> list[str]:
-    indexer = _Indexer()
-    indexer.visit(tree)
-    index = indexer.index
+def _code_objects(code: CodeType, path: tuple[str, ...] = ()) -> Iterator[tuple[CodeType, tuple[str, ...]]]:
+    """Every code object with its qualified path (module level is the empty path)."""
+    yield code, path
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            yield from _code_objects(const, (*path, const.co_name))
+
+
+def _strings(value: object) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, (tuple, frozenset)):
+        for item in value:
+            yield from _strings(item)
+
+
+def _attribute_chains(code: CodeType) -> Iterator[str]:
+    """name.attr.attr... chains as the bytecode loads them (only read for dotted signatures)."""
+    chain: list[str] = []
+    for ins in dis.get_instructions(code):
+        if ins.opname in ("LOAD_NAME", "LOAD_GLOBAL", "LOAD_FAST", "LOAD_DEREF", "LOAD_FAST_CHECK"):
+            if len(chain) > 1:
+                yield ".".join(chain)
+            chain = [str(ins.argval)]
+        elif ins.opname in ("LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR", "LOAD_SUPER_ATTR") and chain:
+            chain.append(str(ins.argval))
+        else:
+            if len(chain) > 1:
+                yield ".".join(chain)
+            chain = []
+    if len(chain) > 1:
+        yield ".".join(chain)
+
+
+def missing_in_python(code: CodeType, signatures: list[str]) -> list[str]:
+    names: set[str] = set()
+    qualnames: set[str] = set()
+    strings: list[str] = []
+    objects = list(_code_objects(code))
+    for obj, path in objects:
+        names.update(obj.co_names, obj.co_varnames, obj.co_cellvars, obj.co_freevars)
+        if path:
+            names.add(obj.co_name)
+            qualnames.add(".".join(path))
+        for const in obj.co_consts:
+            if (
+                isinstance(const, tuple)
+                and const
+                and all(isinstance(c, str) and c.isidentifier() for c in const)
+            ):
+                names.update(const)  # keyword-argument names of a call
+            strings.extend(_strings(const))
+    dotted_names = {n for n in names if "." in n}  # `import a.b` keeps the dotted path
     missing = []
     for sig in signatures:
         if _IDENT_RE.match(sig):
-            found = sig in index.names
+            found = sig in names
         elif _DOTTED_RE.match(sig):
-            found = any(d == sig or d.endswith("." + sig) for d in index.dotted)
+            found = any(q == sig or q.endswith("." + sig) for q in qualnames | dotted_names) or any(
+                c == sig or c.endswith("." + sig) for obj, _ in objects for c in _attribute_chains(obj)
+            )
         else:
-            found = any(sig in text for text in index.strings)
+            found = any(sig in text for text in strings)
         if not found:
             missing.append(sig)
     return missing
@@ -136,11 +114,11 @@ def missing_in_text(data: bytes, signatures: list[str]) -> list[str]:
 def check_file(path: str, data: bytes, signatures: list[str]) -> list[str]:
     """Problems with one post-image: parse/compile failure, or the signatures not found."""
     if path.endswith(".py"):
-        tree, error = compile_python(data, path)
+        code, error = compile_python(data, path)
         if error:
             return [error]
-        assert tree is not None
-        missing = missing_in_python(tree, signatures)
+        assert code is not None
+        missing = missing_in_python(code, signatures)
     else:
         missing = missing_in_text(data, signatures)
     if missing:
