@@ -8,6 +8,7 @@ BIN      := $(VENV)/bin
 TARGET   ?= pro6000
 BASE     ?= auto
 TAG      ?= ddtree
+PYTEST_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: help venv engine base-image image render render-check test test-unit test-docker test-full test-gpu \
@@ -32,7 +33,7 @@ venv: $(BIN)/.stamp ## .venv with both packages (editable), test and lint tools
 engine: venv ## make sure a Docker engine, BuildKit client and compose v2 answer (installs them as root on Debian)
 	@$(BIN)/ddtree-build engine ensure
 
-base-image: engine ## the registry-free base image (debootstrap + docker import), built once
+base-image: engine ## the registry-free base image (debootstrap + docker import), built once; prints its tag
 	@$(BIN)/ddtree-build base-image
 
 image: engine ## build the image for TARGET (pro6000|b300) on BASE (auto|nvidia|bootstrap)
@@ -44,14 +45,20 @@ render: venv ## re-render the committed Dockerfile
 render-check: venv ## fail when the committed Dockerfile is stale
 	@$(BIN)/ddtree-build render --target pro6000 --base nvidia --check
 
-test: engine ## unit + docker tiers (what CI runs)
-	@$(BIN)/python -m tests.run -m "(unit or docker) and not slow and not gpu"
+test: engine ## unit + docker tiers (what CI runs); sets up the engine and base image first
+	@$(BIN)/ddtree-build base-image --quiet
+	@$(BIN)/python -m tests.run -m "(unit or docker) and not slow and not gpu" $(PYTEST_ARGS)
 
 test-unit: venv ## unit tier only, no engine
 	@$(BIN)/python -m tests.run -m "unit and not slow"
 
+test-docker: engine ## docker tier only (real engine, registry-free base image)
+	@$(BIN)/ddtree-build base-image --quiet
+	@$(BIN)/python -m tests.run -m "docker and not slow and not gpu" $(PYTEST_ARGS)
+
 test-full: engine ## everything but GPU, full-size image included
-	@$(BIN)/python -m tests.run -m "not gpu"
+	@$(BIN)/ddtree-build base-image --quiet
+	@$(BIN)/python -m tests.run -m "not gpu" $(PYTEST_ARGS)
 
 test-gpu: venv ## GPU tier (needs CUDA; skipped without it)
 	@$(BIN)/python -m tests.run -m gpu

@@ -28,3 +28,25 @@ def docker_engine() -> str:
 def base_image_tag(docker_engine: str) -> Iterator[str]:
     """The registry-free base image (built here only if `make test` did not build it already)."""
     yield base_image.ensure_base_image(say=lambda msg: print(msg, flush=True))
+
+
+_OUTCOMES = ("passed", "failed", "error", "skipped")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line per tier, so a CI log shows that the docker tier ran and passed (not skipped)."""
+    counts: dict[str, dict[str, int]] = {}
+    for outcome in _OUTCOMES:
+        for report in terminalreporter.stats.get(outcome, []):
+            if getattr(report, "when", "call") != "call" and outcome == "passed":
+                continue
+            keywords = getattr(report, "keywords", {})
+            tier = next((t for t in ("slow", "gpu", "docker", "unit") if t in keywords), None)
+            if tier:
+                tier_counts = counts.setdefault(tier, dict.fromkeys(_OUTCOMES, 0))
+                tier_counts[outcome] += 1
+    if counts:
+        terminalreporter.write_sep("-", "tiers")
+        for tier, tier_counts in sorted(counts.items()):
+            summary = ", ".join(f"{n} {o}" for o, n in tier_counts.items() if n)
+            terminalreporter.write_line(f"{tier} tier: {summary}")
