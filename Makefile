@@ -78,7 +78,7 @@ patches-check: venv ## apply the patch series to the pristine pinned SGLang whee
 	@$(BIN)/ddtree-build patches check
 
 selfcheck: ## run the offline self-check inside the built image
-	docker run --rm $(TAG):$(TARGET) selfcheck --offline
+	docker run --rm --entrypoint ddtree $(TAG):$(TARGET) selfcheck --offline
 
 clean: ## remove the venv and caches (keeps Docker images)
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache
