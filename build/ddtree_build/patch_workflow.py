@@ -26,7 +26,6 @@ from ddtree.fsutil import atomic_write, sha256_bytes
 from ddtree.patchset import engine, udiff
 from ddtree.patchset import series as series_mod
 from ddtree.patchset.series import NEW, FileSpec, Patch, Series
-from ddtree.patchset.verify import verify
 
 from ddtree_build import pristine
 from ddtree_build.errors import UserError
@@ -90,8 +89,7 @@ def check(path: Path | None = None, against: str | None = None) -> CheckReport:
     needed.append(f"{series.distribution}/version.py")
     with tempfile.TemporaryDirectory(prefix="ddtree-patches-check-") as tmp:
         root = pristine.extract(wheel, Path(tmp) / "site-packages", only=needed)
-        result = engine.apply(root, series, write_bytecode=False, reference=reference)
-        verify(root, series).raise_if_failed()
+        result = engine.apply(root, series, write_bytecode=False, reference=reference)  # verifies too
     git_checked = _git_cross_check(series, wheel)
     return CheckReport(series, wheel, time.perf_counter() - started, git_checked, result)
 

@@ -11,7 +11,7 @@ Public API (stable; other modules call these):
         change nothing and raise UserError. A tree already patched is a no-op (status "already applied").
 
     verify(root: Path | str, series: Series | Path | str | None = None,
-           manifest_dir: Path | str | None = None) -> VerifyResult
+           manifest_dir: Path | str | None = None, deep: bool = True) -> VerifyResult
         Check a patched tree: every target's sha256, parse + byte-compile, signatures, manifests and the
         installed version. With series=None the expectations come from <root>/.ddtree-patchset/manifest.json,
         so the in-container self-check needs no patches/ folder. Never raises for findings about the tree:

@@ -232,7 +232,8 @@ def apply(
     _swap(writes, originals)
     if write_bytecode:
         _write_bytecode([root / p for p in final if p.endswith(".py")])
-    verify(root, series, folder).raise_if_failed()
+    # Compile and signatures ran on these exact bytes in simulate(); on disk, hashes and manifests.
+    verify(root, series, folder, deep=False).raise_if_failed()
     return ApplyResult(root, "applied", sorted(final), ids, installed, _since(started))
 
 

@@ -119,13 +119,16 @@ def verify(
     root: Path | str,
     series: Series | Path | str | None = None,
     manifest_dir: Path | str | None = None,
+    deep: bool = True,
 ) -> VerifyResult:
     """Check a patched tree. PUBLIC: the self-check calls this.
 
     root: the folder holding sglang/ (site-packages). series: a loaded Series, a path to series.yaml, or None
     to check against the tree's own manifest.json. manifest_dir: where the manifests are (default
-    <root>/.ddtree-patchset). Raises UserError only when the tree or series cannot be read at all; every
-    finding about the tree itself is in VerifyResult.problems (empty = verified).
+    <root>/.ddtree-patchset). deep=False skips compile + signatures (for callers that just checked those
+    bytes in memory: the hash then proves they are the same bytes). Raises UserError only when the tree
+    or series cannot be read at all; every finding about the tree itself is in VerifyResult.problems
+    (empty = verified).
     """
     started = time.perf_counter()
     root = Path(root)
@@ -159,7 +162,8 @@ def verify(
             problems.append(problem)
             continue
         assert content is not None
-        problems.extend(signatures.check_file(exp.path, content, exp.signatures))
+        if deep:
+            problems.extend(signatures.check_file(exp.path, content, exp.signatures))
     problems.extend(_check_manifests(folder, data, digest, finals))
     return VerifyResult(
         root=root,
