@@ -250,7 +250,9 @@ def _changed_files(tree_root: Path, state: dict) -> tuple[dict[str, bytes], list
 
 
 def _next_diff_name(series: Series, name: str) -> str:
-    numbers = [int(m.group(1)) for p in series.patches if (m := _DIFF_NUMBER_RE.match(Path(p.diff).name))]
+    """NNNN-name.diff with NNNN above every number in use (in the series or lying in patches/)."""
+    names = [Path(p.diff).name for p in series.patches] + [p.name for p in series.folder.glob("*.diff")]
+    numbers = [int(m.group(1)) for n in names if (m := _DIFF_NUMBER_RE.match(n))]
     return f"{max(numbers, default=0) + 1:04d}-{name}.diff"
 
 

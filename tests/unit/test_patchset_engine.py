@@ -334,3 +334,60 @@ def test_module_cli_apply_and_verify(tree: Path, series) -> None:
     (tree / WORKER_PATH).write_bytes(b"tampered = 1\n")
     done = subprocess.run([*base, "verify", "--root", str(tree)], capture_output=True, text=True)
     assert done.returncode == 1 and "tampered post-image" in done.stderr, done
+
+
+def test_failed_swap_restores_what_was_already_swapped(tree: Path, series, monkeypatch) -> None:
+    """Only the rename step is made to fail (os.replace on the second file): a real failure there needs
+    a dying disk, which cannot be arranged here."""
+    before = snapshot(tree)
+    real_replace = os.replace
+    calls = {"n": 0}
+
+    def flaky_replace(src, dst):
+        if str(src).endswith(".ddtree-stage"):
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise OSError(5, "Input/output error")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", flaky_replace)
+    with pytest.raises(UserError, match="restored the files already swapped"):
+        apply(tree, series)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert snapshot(tree) == before  # the first swapped file is back, no stage files, no new file
+    assert apply(tree, series).status == "applied"
+
+
+def test_staging_failure_leaves_nothing_behind(tree: Path, series, monkeypatch) -> None:
+    """EROFS on the second staged file (as a read-only mount under one folder would give)."""
+    import errno
+    import tempfile
+
+    before = snapshot(tree)
+    real_mkstemp = tempfile.mkstemp
+    calls = {"n": 0}
+
+    def failing_mkstemp(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError(errno.EROFS, "Read-only file system", str(kwargs.get("dir")))
+        return real_mkstemp(*args, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", failing_mkstemp)
+    with pytest.raises(UserError, match=r"read-only tree: cannot write .* \(read-only file system\)"):
+        apply(tree, series)
+    assert snapshot(tree) == before
+    assert not (tree / "sglang/srt/speculative/ddtree_utils.py").exists()
+
+
+def test_host_cli_apply_and_verify(tree: Path, series) -> None:
+    base = [sys.executable, "-m", "ddtree_build.cli", "patches"]
+    args = ["--root", str(tree), "--series", str(series.path)]
+    done = subprocess.run([*base, "apply", *args], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.startswith("applied: 2 patch(es), 3 file(s)"), done
+    done = subprocess.run([*base, "verify", *args], capture_output=True, text=True)
+    assert done.returncode == 0 and "verified 3 patched file(s)" in done.stdout, done
+    (tree / RUNNER_PATH).write_bytes(b"")
+    done = subprocess.run([*base, "verify", *args], capture_output=True, text=True)
+    assert done.returncode == 1 and done.stderr.startswith("ddtree-build: error: "), done
+    assert "tampered post-image" in done.stderr
