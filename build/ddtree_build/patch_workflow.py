@@ -139,8 +139,8 @@ def work_dir(name: str) -> Path:
 @contextlib.contextmanager
 def series_lock() -> Iterator[None]:
     """Several maintainers share one checkout: serialize read-modify-write of series.yaml."""
-    PATCHES_DIR.mkdir(parents=True, exist_ok=True)
-    with open(PATCHES_DIR / ".series.lock", "w") as handle:
+    WORK_DIR.mkdir(parents=True, exist_ok=True)  # git-ignored, shared by everyone using this checkout
+    with open(WORK_DIR / ".series.lock", "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
