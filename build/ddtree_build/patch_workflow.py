@@ -198,7 +198,7 @@ def edit(name: str, new: bool = False, after: str | None = None, force: bool = F
                 hashes[rel] = sha256_bytes(data)
         for rel, data in full_contents.items():
             if data is not None:
-                atomic_write(root / rel, data)
+                atomic_write(root / rel, data, mode=0o644)
         state = {
             "name": name,
             "new": new,
@@ -392,10 +392,10 @@ def refresh(
             patch.file_patches = udiff.parse(diff, patch.diff)
             before = {(p.id, s.path): (s.pre, s.post) for p in series.patches for s in p.files}
             problems, rebased = recompute_hashes(series, reader.read)
-            atomic_write(series.folder / patch.diff, patch.diff_bytes)
+            atomic_write(series.folder / patch.diff, patch.diff_bytes, mode=0o644)
             for other in series.patches:
                 if other.id in rebased and other is not patch:
-                    atomic_write(series.folder / other.diff, other.diff_bytes)
+                    atomic_write(series.folder / other.diff, other.diff_bytes, mode=0o644)
             series_mod.write(series)
             rehashed = sorted(
                 f"{p.id}:{s.path}"

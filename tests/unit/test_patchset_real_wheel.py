@@ -146,6 +146,9 @@ def test_edit_refresh_new_patches_then_change_the_first(tmp_path: Path, base_whe
 
     series = series_mod.load(repo / "patches" / "series.yaml")
     assert [p.id for p in series.patches] == ["core", "graph-fix"]
+    for written in (series.path, repo / "patches" / "0001-core.diff"):
+        assert written.stat().st_mode & 0o777 == 0o644  # readable in the image (COPY keeps modes)
+    assert not list((repo / "patches").glob(".*"))  # no lock or temp files in patches/
     assert [p.diff for p in series.patches] == ["0001-core.diff", "0002-graph-fix.diff"]
     old_second = series.patches[1].spec(RUNNER)
 

@@ -332,4 +332,4 @@ def write(series: Series) -> None:
     text = dump(series)
     loaded = yaml.safe_load(text)
     assert loaded["base"]["version"] == series.version, "series writer lost the base version"
-    atomic_write(series.path, text)
+    atomic_write(series.path, text, mode=0o644)  # mkstemp would leave 0600
