@@ -342,6 +342,9 @@ def refresh(
         )
     if not changed:
         raise UserError(f"nothing to write: no file under {folder / 'tree'} differs from the baseline")
+    binary = sorted(rel for rel, data in changed.items() if b"\0" in data)
+    if binary:
+        raise UserError(f"{', '.join(binary)}: binary content; the series carries text diffs only")
     reader = pristine.WheelReader(Path(state["wheel"]))
     baseline_files = set(state["baseline_files"])
 
