@@ -175,3 +175,20 @@ def test_edit_refresh_new_patches_then_change_the_first(tmp_path: Path, base_whe
     assert series.patches[0].spec("sglang/srt/speculative/ddtree_utils.py").signatures == ["build_ddtree"]
     listing = _cli("list", repo=repo)
     assert "1. core: DDTree core [0001-core.diff]" in listing.stdout
+
+    # A patch inserted in the middle; refresh with nothing changed; refresh without edit.
+    done = _cli("refresh", "ghost", repo=repo)
+    assert done.returncode == 1 and "run `ddtree-build patches edit ghost` first" in done.stderr
+    done = _cli("edit", "mid", "--new", "--after", "core", repo=repo)
+    assert done.returncode == 0, done.stderr
+    done = _cli("refresh", "mid", "--purpose", "middle", repo=repo)
+    assert done.returncode == 1 and "nothing to write" in done.stderr
+    worker = work / "mid" / "tree" / "sglang/srt/speculative/dflash_worker.py"
+    worker.write_text(worker.read_text() + "\n\nDDTREE_MID = 1\n")
+    done = _cli(
+        "refresh", "mid", "--purpose", "middle", "--signatures", "dflash_worker.py=DDTREE_MID", repo=repo
+    )
+    assert done.returncode == 0, done.stderr
+    series = series_mod.load(repo / "patches" / "series.yaml")
+    assert [p.id for p in series.patches] == ["core", "mid", "graph-fix"]
+    assert series.patches[1].diff == "0003-mid.diff"
