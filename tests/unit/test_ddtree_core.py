@@ -151,6 +151,25 @@ def check_bruteforce(du: ModuleType, device: str) -> None:
             assert all(math.isinf(s) for s in scores[kept:])
 
 
+def check_draft_topk(du: ModuleType, device: str) -> None:
+    """The two-stage top-k of large vocabularies and a tensor-parallel shard merge equal a full sort."""
+    gen = torch.Generator().manual_seed(10)
+    for vocab in (1000, 65536):
+        lp = torch.randn(2, 3, vocab, generator=gen).log_softmax(-1)
+        expect_vals, expect_ids = torch.sort(lp, dim=-1, descending=True, stable=True)
+        values, ids = du.draft_topk(lp.to(device), 5)
+        assert torch.equal(ids.cpu(), expect_ids[..., :5])
+        assert torch.equal(values.cpu(), expect_vals[..., :5])
+        shards = [du.draft_topk(part.to(device), 5) for part in lp.chunk(4, dim=-1)]
+        width = vocab // 4
+        merged = du.merge_topk(
+            torch.cat([v for v, _ in shards], dim=-1),
+            torch.cat([i + n * width for n, (_, i) in enumerate(shards)], dim=-1),
+            5,
+        )
+        assert torch.equal(merged[1].cpu(), expect_ids[..., :5])
+
+
 def check_ties(du: ModuleType, device: str) -> None:
     """Quantised log-probs (many exact ties, prob-1 tokens too) follow the documented tie rule exactly."""
     gen = torch.Generator().manual_seed(2)
@@ -181,6 +200,8 @@ def check_masks(du: ModuleType, device: str) -> None:
         tree = du.build_ddtree(lp, budget, 4)
         assert torch.equal(tree.mask, du.tree_attention_mask(tree.parents, tree.max_depth))
         assert torch.equal(tree.mask, du.tree_attention_mask(tree.parents))
+        path, verify_depth = du._tree_tables(tree.mask, tree.max_depth, None, None)  # from the mask alone
+        assert torch.equal(tree.path, path) and torch.equal(tree.verify_depth, verify_depth)
 
 
 def check_verify_against_kernel_walk(du: ModuleType, device: str) -> None:
@@ -224,7 +245,7 @@ class ToyLM:
     def noisy_copy(self, sigma: float, gen: torch.Generator) -> ToyLM:
         copy = ToyLM.__new__(ToyLM)
         copy.vocab, copy.order = self.vocab, self.order
-        copy.table = self.table + sigma * torch.randn(self.table.shape, generator=gen)
+        copy.table = self.table + sigma * torch.randn(self.table.shape, generator=gen).to(self.table.device)
         return copy
 
     def logits(self, prev: torch.Tensor, cur: torch.Tensor) -> torch.Tensor:
@@ -264,7 +285,7 @@ def ddtree_greedy_decode(du, target, drafter, prompt, steps_tokens, budget, topk
         prev_n, cur_n = node_contexts(tree, root, prev)
         target_argmax = target.logits(prev_n, cur_n).argmax(-1)
         accept_len, accept_idx, bonus = tree.verify_greedy(target_argmax)
-        emitted = du.emitted_tokens(tree.tokens, accept_idx, accept_len, bonus)
+        emitted = du.emitted_tokens(tree.tokens, accept_len, accept_idx, bonus)
         for b, row in enumerate(emitted.tolist()):
             seqs[b].extend(t for t in row if t >= 0)
         accepts.extend(accept_len.tolist())
@@ -311,7 +332,7 @@ def ddtree_sample_decode(du, target_probs_table, drafter, root, want, budget, to
         coins = torch.rand(rows, depth, generator=gen).to(device)
         final = torch.rand(rows, generator=gen).to(device)
         accept_len, accept_idx, bonus = tree.verify_sampling(probs, coins=coins, final_coins=final)
-        emitted = du.emitted_tokens(tree.tokens, accept_idx, accept_len, bonus)
+        emitted = du.emitted_tokens(tree.tokens, accept_len, accept_idx, bonus)
         col = filled.unsqueeze(1) + torch.arange(depth + 1, device=device)
         col = torch.where((emitted >= 0) & (col < want), col, torch.full_like(col, spare))
         out.scatter_(1, col, emitted)
@@ -355,6 +376,15 @@ def check_sampling_matches_greedy_on_one_hot(du: ModuleType, device: str) -> Non
     sampled = tree.verify_sampling(one_hot, generator=torch.Generator(device=device).manual_seed(0))
     for g, s in zip(greedy, sampled, strict=True):
         assert torch.equal(g, s)
+    probs = torch.randn(32, 13, 6, generator=gen).softmax(-1).to(device)
+    coins = torch.rand(32, 5, generator=gen).to(device)
+    final = torch.rand(32, generator=gen).to(device)
+    from_tree = tree.verify_sampling(probs, coins=coins, final_coins=final)
+    generic = du.verify_sampling(
+        tree.tokens, tree.parents, probs, coins=coins, final_coins=final, valid=tree.valid, max_depth=5
+    )  # mask, path and depths derived from parents
+    for t, g in zip(from_tree, generic, strict=True):
+        assert torch.equal(t, g)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -391,6 +421,10 @@ def test_public_names(du: ModuleType) -> None:
 
 def test_build_matches_bruteforce(du: ModuleType) -> None:
     check_bruteforce(du, "cpu")
+
+
+def test_draft_topk(du: ModuleType) -> None:
+    check_draft_topk(du, "cpu")
 
 
 def test_ties_follow_documented_rule(du: ModuleType) -> None:
@@ -466,10 +500,10 @@ def test_layout_helpers(du: ModuleType) -> None:
     accept_len, accept_idx, bonus = tree.verify_greedy(torch.tensor([[11, 13, 0, 99]]))
     assert (accept_len.tolist(), accept_idx.tolist(), bonus.tolist()) == ([2], [[0, 2]], [99])
     assert du.accepted_rows(accept_idx, 4).tolist() == [[0, 1, 3]]
-    assert du.emitted_tokens(tree.tokens, accept_idx, accept_len, bonus).tolist() == [[11, 13, 99]]
+    assert du.emitted_tokens(tree.tokens, accept_len, accept_idx, bonus).tolist() == [[11, 13, 99]]
     accept_len, accept_idx, bonus = tree.verify_greedy(torch.tensor([[12, 0, 0, 0]]))
     assert du.accepted_rows(accept_idx, 4).tolist() == [[0, 2, -1]]
-    assert du.emitted_tokens(tree.tokens, accept_idx, accept_len, bonus).tolist() == [[12, 0, -1]]
+    assert du.emitted_tokens(tree.tokens, accept_len, accept_idx, bonus).tolist() == [[12, 0, -1]]
 
 
 def test_bad_static_arguments(du: ModuleType) -> None:
