@@ -81,6 +81,7 @@ def test_pre_image_mismatch_names_file_hashes_and_installed_version(tmp_path: Pa
     assert RUNNER_PATH in message
     assert sha256_bytes(other) in message and sha256_bytes(RUNNER) in message
     assert "installed sglang is 0.5.12" in message and "0.5.13.post1" in message
+    assert "ddtree-core's hunks for it would still fit exactly" in message  # the edit is elsewhere
     assert snapshot(root) == before
 
 
@@ -91,6 +92,10 @@ def test_pre_image_mismatch_on_base_version_says_not_pristine(tmp_path: Path, se
         apply(root, series)
     assert "installed sglang" not in str(err.value)  # same version: no version note
     assert "not pristine sglang 0.5.13.post1" in str(err.value)
+    shifted = b"# one more line on top\n" + RUNNER
+    root = make_tree(tmp_path / "sp2", files={RUNNER_PATH: shifted, WORKER_PATH: WORKER})
+    with pytest.raises(UserError, match="ddtree-core's hunks for it fit only at an offset"):
+        apply(root, series)
 
 
 def test_moved_target_is_found_by_name_and_content(tmp_path: Path, series) -> None:

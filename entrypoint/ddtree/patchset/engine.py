@@ -151,6 +151,7 @@ def classify(
                 f"pre-image mismatch: {root / path} has sha256 {digest}, patch {first} expects {pristine}"
                 + version_note
                 + f": the tree is not pristine {series.distribution} {series.version}"
+                + _would_apply(series, path, data)
             )
     if (final_files or step_files) and (pristine_files or step_files or problems):
         done = sorted(final_files) + [f"{p} (up to {pid})" for p, pid in sorted(step_files.items())]
@@ -169,6 +170,22 @@ def classify(
             f"install {series.distribution}=={series.version}, or rebase the series and change base.version",
         )
     return problems, not problems and len(final_files) == len(current)
+
+
+def _would_apply(series: Series, path: str, data: bytes) -> str:
+    """For a file that is not the expected pre-image: would the first patch's hunks still fit? (A map for
+    whoever rebases the series onto another version; the answer never lets the apply go ahead.)"""
+    patch, _ = series.chain(path)[0]
+    verdicts = {
+        "offset": "fit only at an offset",
+        "fuzz": "fit only with fuzz",
+        "applied": "look already applied",
+    }
+    try:
+        udiff.apply_file(data, patch.file_patch(path), patch.diff)
+    except udiff.HunkError as exc:
+        return f"; {patch.id}'s hunks for it {verdicts.get(exc.kind, 'no longer fit')}"
+    return f"; {patch.id}'s hunks for it would still fit exactly"
 
 
 def _missing(
