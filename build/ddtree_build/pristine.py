@@ -6,6 +6,7 @@ and platform), never to a locally installed copy that may already differ.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -13,8 +14,10 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from ddtree.fsutil import sha256_file
+
 from ddtree_build.errors import UserError
-from ddtree_build.paths import CACHE_DIR
+from ddtree_build.paths import CACHE_DIR, ENV_DIR
 
 PYTHON_VERSION = "3.12"
 PLATFORM = "manylinux_2_34_x86_64"
@@ -35,11 +38,44 @@ def cached_wheel(distribution: str, version: str) -> Path | None:
     return (preferred or [None])[0]
 
 
+def lock_hashes(distribution: str, version: str) -> set[str]:
+    """sha256s the project's hash locks (env/requirements*.lock) allow for distribution==version."""
+    pin = re.compile(rf"^{re.escape(distribution)}=={re.escape(version)}(\s|\\|;|$)", re.IGNORECASE)
+    hashes: set[str] = set()
+    for lock in sorted(ENV_DIR.glob("requirements*.lock")):
+        inside = False
+        for line in lock.read_text(encoding="utf-8").splitlines():
+            if pin.match(line):
+                inside = True
+            elif inside and line.strip().startswith("--hash=sha256:"):
+                hashes.add(line.strip().split(":", 1)[1].split()[0])
+            elif inside and line.strip():
+                inside = False
+    return hashes
+
+
+def check_against_lock(wheel: Path, distribution: str, version: str) -> None:
+    """The wheel the series is checked on must be one the image installs: its sha256 is in the lock."""
+    allowed = lock_hashes(distribution, version)
+    if not allowed:
+        return  # this version is not locked (e.g. `check --against` another release)
+    digest = sha256_file(wheel)
+    if digest not in allowed:
+        raise UserError(
+            f"{wheel}: sha256 {digest} is not among the {len(allowed)} hashes env/requirements*.lock pins "
+            f"for {distribution}=={version}; delete the file to download it again, or re-lock"
+        )
+
+
 def ensure_wheel(distribution: str, version: str) -> Path:
-    """The cached wheel, downloaded with `pip download --no-deps` on first use (atomically moved in)."""
-    wheel = cached_wheel(distribution, version)
-    if wheel:
-        return wheel
+    """The cached wheel (downloaded with `pip download --no-deps` on first use, atomically moved in),
+    checked against the project's hash lock when that pins this version."""
+    wheel = cached_wheel(distribution, version) or _download(distribution, version)
+    check_against_lock(wheel, distribution, version)
+    return wheel
+
+
+def _download(distribution: str, version: str) -> Path:
     wheels_dir().mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=wheels_dir(), prefix=".download-") as tmp:
         command = [

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ddtree.errors import UserError
 from ddtree.fsutil import sha256_bytes
 from ddtree.patchset import series as series_mod
 from ddtree.patchset import udiff
@@ -192,3 +193,19 @@ def test_edit_refresh_new_patches_then_change_the_first(tmp_path: Path, base_whe
     series = series_mod.load(repo / "patches" / "series.yaml")
     assert [p.id for p in series.patches] == ["core", "mid", "graph-fix"]
     assert series.patches[1].diff == "0003-mid.diff"
+
+
+def test_wheel_must_match_the_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, base_wheel: Path) -> None:
+    """The series is checked on the very wheel the image installs: a cached wheel whose sha256 the hash
+    lock does not list is refused. (A fake lock in a temporary env/ folder stands in for a re-lock.)"""
+    assert sha256_bytes(base_wheel.read_bytes()) in pristine.lock_hashes("sglang", "0.5.13.post1")
+    env = tmp_path / "env"
+    env.mkdir()
+    (env / "requirements-py312.lock").write_text(
+        "packaging==25.0 \\\n    --hash=sha256:" + "1" * 64 + "\nsglang==0.5.13.post1 \\\n"
+        "    --hash=sha256:" + "0" * 64 + " \\\n    --hash=sha256:" + "f" * 64 + "\n"
+    )
+    monkeypatch.setattr(pristine, "ENV_DIR", env)
+    assert pristine.lock_hashes("sglang", "0.5.13.post1") == {"0" * 64, "f" * 64}
+    with pytest.raises(UserError, match=r"is not among the 2 hashes env/requirements\*\.lock pins"):
+        pristine.ensure_wheel("sglang", "0.5.13.post1")
