@@ -49,12 +49,14 @@ class CheckReport:
     seconds: float
     git_checked: bool
     result: engine.ApplyResult
+    locked: bool = False
 
     def summary(self) -> str:
         git = "git apply --check agrees" if self.git_checked else "git not found: cross-check skipped"
         return (
             f"patches check: OK: {len(self.series.patches)} patch(es), {len(self.result.files)} file(s) "
-            f"applied strictly to pristine {self.wheel.name} and verified; {git}; {self.seconds:.2f} s"
+            f"applied strictly to pristine {self.wheel.name}{' (sha256 in the hash lock)' if self.locked else ''} "
+            f"and verified; {git}; {self.seconds:.2f} s"
         )
 
 
@@ -91,7 +93,8 @@ def check(path: Path | None = None, against: str | None = None) -> CheckReport:
         root = pristine.extract(wheel, Path(tmp) / "site-packages", only=needed)
         result = engine.apply(root, series, write_bytecode=False, reference=reference)  # verifies too
     git_checked = _git_cross_check(series, wheel)
-    return CheckReport(series, wheel, time.perf_counter() - started, git_checked, result)
+    locked = bool(pristine.lock_hashes(series.distribution, against or series.version))
+    return CheckReport(series, wheel, time.perf_counter() - started, git_checked, result, locked)
 
 
 def _git_cross_check(series: Series, wheel: Path) -> bool:
