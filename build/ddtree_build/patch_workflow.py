@@ -53,9 +53,10 @@ class CheckReport:
 
     def summary(self) -> str:
         git = "git apply --check agrees" if self.git_checked else "git not found: cross-check skipped"
+        locked = " (sha256 in the hash lock)" if self.locked else ""
         return (
             f"patches check: OK: {len(self.series.patches)} patch(es), {len(self.result.files)} file(s) "
-            f"applied strictly to pristine {self.wheel.name}{' (sha256 in the hash lock)' if self.locked else ''} "
+            f"applied strictly to pristine {self.wheel.name}{locked} "
             f"and verified; {git}; {self.seconds:.2f} s"
         )
 
