@@ -32,6 +32,7 @@ class DoubleConfig:
     metrics_accept_length: float | None = 3.9
     responder: Callable[[str], str] | None = None  # non-streaming answers (HumanEval)
     fail_generate: bool = False
+    fail_tokenize: bool = False  # like 0.5.13.post1 when the tokenizer has no model_max_length
     extra_server_info: dict[str, Any] = field(default_factory=dict)
 
 
@@ -123,6 +124,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._generate(body)
         elif self.path in ("/v1/completions", "/v1/chat/completions"):
             self._openai(body, chat=self.path.endswith("chat/completions"))
+        elif self.path == "/v1/tokenize" and self.server.config.fail_tokenize:
+            self._json({"detail": "Integer exceeds 64-bit range"}, 500)
         elif self.path == "/v1/tokenize":
             tokens = [ord(ch) for ch in body.get("prompt", "")]
             self._json({"tokens": tokens, "count": len(tokens), "max_model_len": 262144})

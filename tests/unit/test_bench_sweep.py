@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 from ddtree.bench.client import Client
-from ddtree.bench.prompts import PromptBuilder, ServerTokenizer
+from ddtree.bench.prompts import PromptBuilder, ServerTokenizer, resolve_tokenizer
 from ddtree.cli import main
+from ddtree.errors import UserError
 
 from tests.unit.bench_double import DoubleConfig, serve
 
@@ -170,3 +171,11 @@ def test_approx_prompts_without_a_tokenizer() -> None:
     prompt = PromptBuilder(None).build(1000, 2)
     assert not prompt.exact and prompt.ids is None
     assert 3000 < len(prompt.text) < 4000
+
+
+def test_broken_server_tokenizer_is_named_or_falls_back(tmp_path: Path) -> None:
+    with serve(DoubleConfig(fail_tokenize=True)) as (url, _):
+        client = Client(url)
+        with pytest.raises(UserError, match=r"/v1/tokenize does not work \(POST /v1/tokenize -> HTTP 500"):
+            resolve_tokenizer("server", client, None)
+        assert resolve_tokenizer("auto", client, str(tmp_path / "no-such-model")) is None  # approx

@@ -98,7 +98,12 @@ class HFTokenizer:
 
 
 class ServerTokenizer:
-    """The served tokenizer through SGLang's /v1/tokenize and /v1/detokenize."""
+    """The served tokenizer through SGLang's /v1/tokenize and /v1/detokenize.
+
+    Seen on 0.5.13.post1 (H200 device): /v1/tokenize answers HTTP 500 "Integer exceeds 64-bit range"
+    when the tokenizer has no model_max_length (transformers then reports 1e30, which orjson cannot
+    encode). `auto` then falls back to approx; a local tokenizer (--tokenizer PATH) avoids it.
+    """
 
     def __init__(self, client: Client):
         self.client = client
@@ -113,11 +118,12 @@ class ServerTokenizer:
         return str(self.client.post_json("/v1/detokenize", {"tokens": ids}, 120)["text"])
 
     @classmethod
-    def available(cls, client: Client) -> bool:
+    def problem(cls, client: Client) -> str | None:
+        """None when /v1/tokenize works, else why not (for the error message)."""
         try:
-            return bool(cls(client).encode("hello"))
-        except Exception:
-            return False
+            return None if cls(client).encode("hello") else "it returned no tokens"
+        except Exception as exc:  # HTTP errors, bad JSON, missing keys: all mean "not usable"
+            return " ".join(str(exc).split())[:200]
 
 
 def resolve_tokenizer(choice: str, client: Client, model_path: str | None) -> Tokenizer | None:
@@ -125,8 +131,11 @@ def resolve_tokenizer(choice: str, client: Client, model_path: str | None) -> To
     if choice == "none":
         return None
     if choice == "server":
-        if not ServerTokenizer.available(client):
-            raise UserError(f"--tokenizer server: {client.url} has no working /v1/tokenize; use auto or none")
+        problem = ServerTokenizer.problem(client)
+        if problem:
+            raise UserError(
+                f"--tokenizer server: {client.url}/v1/tokenize does not work ({problem}); use auto or none"
+            )
         return ServerTokenizer(client)
     if choice != "auto":
         return HFTokenizer(choice)
@@ -135,7 +144,7 @@ def resolve_tokenizer(choice: str, client: Client, model_path: str | None) -> To
             return HFTokenizer(model_path)
         except UserError:
             pass
-    if ServerTokenizer.available(client):
+    if ServerTokenizer.problem(client) is None:
         return ServerTokenizer(client)
     return None
 

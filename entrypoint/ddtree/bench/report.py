@@ -127,6 +127,8 @@ def plot_sweep(summary: dict[str, Any], out_dir: Path) -> list[Path]:
     right.set(
         xscale="log", xlabel="concurrency", ylabel="aggregate output tok/s", title=f"{title}: aggregate"
     )
+    _ticks(left, contexts)
+    _ticks(right, concurrencies)
     for axis in (left, right):
         axis.grid(True, alpha=0.3)
         axis.legend()
@@ -145,12 +147,19 @@ def plot_sweep(summary: dict[str, Any], out_dir: Path) -> list[Path]:
             axis.plot(xs, [accept_value(index[(x, conc)]) for x in xs], marker="o", label=f"conc {conc}")
         axis.set(xscale="log", xlabel="context (tokens)", ylabel="acceptance length (tokens / verify)")
         axis.set_title(f"{title}: acceptance length")
+        _ticks(axis, contexts)
         axis.grid(True, alpha=0.3)
         axis.legend()
         fig.tight_layout()
         written.append(_save(fig, out_dir / "accept_length.png"))
         plt.close(fig)
     return written
+
+
+def _ticks(axis: Any, values: list[int]) -> None:
+    """Label the measured axis values (60, 1024, ...) instead of log decades."""
+    axis.set_xticks(values, labels=[str(v) for v in values])
+    axis.minorticks_off()
 
 
 def _save(fig: Any, path: Path) -> Path:
