@@ -341,9 +341,15 @@ def test_module_cli_apply_and_verify(tree: Path, series) -> None:
     assert done.returncode == 1 and "tampered post-image" in done.stderr, done
 
 
-def test_failed_swap_restores_what_was_already_swapped(tree: Path, series, monkeypatch) -> None:
-    """Only the rename step is made to fail (os.replace on the second file): a real failure there needs
-    a dying disk, which cannot be arranged here."""
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [(OSError(5, "Input/output error"), UserError), (KeyboardInterrupt(), KeyboardInterrupt)],
+)
+def test_failed_swap_restores_what_was_already_swapped(
+    tree: Path, series, monkeypatch, error, expected
+) -> None:
+    """Only the rename step is made to fail (os.replace on the second file, an I/O error or Ctrl-C): a real
+    failure there needs a dying disk or a well-timed keypress, which cannot be arranged here."""
     before = snapshot(tree)
     real_replace = os.replace
     calls = {"n": 0}
@@ -352,11 +358,11 @@ def test_failed_swap_restores_what_was_already_swapped(tree: Path, series, monke
         if str(src).endswith(".ddtree-stage"):
             calls["n"] += 1
             if calls["n"] == 2:
-                raise OSError(5, "Input/output error")
+                raise error
         return real_replace(src, dst)
 
     monkeypatch.setattr(os, "replace", flaky_replace)
-    with pytest.raises(UserError, match="restored the files already swapped"):
+    with pytest.raises(expected):
         apply(tree, series)
     monkeypatch.setattr(os, "replace", real_replace)
     assert snapshot(tree) == before  # the first swapped file is back, no stage files, no new file

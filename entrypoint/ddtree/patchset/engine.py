@@ -290,9 +290,24 @@ def _read_only_error(where: str, exc: OSError) -> UserError:
 
 
 def _swap(writes: dict[Path, bytes], originals: dict[Path, bytes | None]) -> None:
-    """Stage every file, then rename each over its target; on any failure restore what was swapped."""
+    """Stage every file, then rename each over its target. On any failure, Ctrl-C included, remove the
+    staged files and restore the targets already swapped (from the bytes read before), then re-raise."""
     staged: list[tuple[Path, Path]] = []
     made_dirs: list[Path] = []
+    swapped: list[Path] = []
+
+    def undo() -> None:
+        for target in reversed(swapped):
+            original = originals.get(target)
+            if original is None:
+                target.unlink(missing_ok=True)
+            else:
+                _restore(target, original)
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        for folder in reversed(made_dirs):
+            _rmdir_quiet(folder)
+
     try:
         for target, data in writes.items():
             made_dirs.extend(_make_parents(target.parent))
@@ -307,28 +322,23 @@ def _swap(writes: dict[Path, bytes], originals: dict[Path, bytes | None]) -> Non
             mode = target.stat().st_mode & 0o7777 if target.exists() else 0o644
             os.chmod(tmp, mode)
     except OSError as exc:
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)
-        for folder in reversed(made_dirs):
-            _rmdir_quiet(folder)
+        undo()
         raise _read_only_error(str(exc.filename or next(iter(writes)).parent), exc) from None
-    swapped: list[Path] = []
+    except BaseException:
+        undo()
+        raise
     try:
         for tmp, target in staged:
             os.replace(tmp, target)
             swapped.append(target)
     except OSError as exc:
-        for target in swapped:
-            original = originals.get(target)
-            if original is None:
-                target.unlink(missing_ok=True)
-            else:
-                _restore(target, original)
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)
+        undo()
         raise UserError(
             f"swapping patched files failed ({exc}); restored the files already swapped"
         ) from None
+    except BaseException:
+        undo()
+        raise
 
 
 def _restore(target: Path, data: bytes) -> None:
