@@ -402,3 +402,20 @@ def test_host_cli_apply_and_verify(tree: Path, series) -> None:
     done = subprocess.run([*base, "verify", *args], capture_output=True, text=True)
     assert done.returncode == 1 and done.stderr.startswith("ddtree-build: error: "), done
     assert "tampered post-image" in done.stderr
+
+
+def test_a_later_patch_may_not_remove_an_earlier_signature(tmp_path: Path, tree: Path) -> None:
+    """apply checks what verify will check: every patch's signatures hold in the final file."""
+    fixed = runner_fixed()
+    series = write_series(
+        tmp_path / "patches",
+        {RUNNER_PATH: RUNNER},
+        [
+            ("first", {RUNNER_PATH: fixed}, {RUNNER_PATH: ["ddtree_budget"]}),
+            ("second", {RUNNER_PATH: fixed.replace(b"ddtree_budget", b"budget")}, {RUNNER_PATH: ["budget"]}),
+        ],
+    )
+    with pytest.raises(
+        UserError, match=r"patch second: .* signature\(s\) not found in the code: ddtree_budget"
+    ):
+        apply(tree, series)

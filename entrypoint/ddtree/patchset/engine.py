@@ -59,11 +59,13 @@ def simulate(
 
     Returns (final contents of touched files, each patch's post-images by id, problems). With
     check_hashes, each pre/post image must hash to what series.yaml says. Each post-image must parse,
-    compile and contain the patch's signatures. After a failure in a file, later patches of it are skipped.
+    compile and contain the signatures of this patch and of every earlier patch of that file. After a
+    failure in a file, later patches of it are skipped.
     """
     patches = series.patches if patches is None else patches
     contents: Contents = {}
     broken: set[str] = set()
+    sigs_so_far: dict[str, list[str]] = {}
     posts: dict[str, Contents] = {}
     problems: list[str] = []
     for patch in patches:
@@ -96,9 +98,11 @@ def simulate(
                     f"patch {patch.id}: {fp.path} after it has sha256 {sha256_bytes(new)}, series.yaml says "
                     f"{spec.post}: the diff changed without `ddtree-build patches refresh {patch.id}`"
                 )
-            problems.extend(
-                f"patch {patch.id}: {p}" for p in signatures.check_file(fp.path, new, spec.signatures)
-            )
+            # A patch's signatures must hold from it on: the later patches' post-images are checked for them
+            # too, so apply and a later `verify` (which checks all of them on the final file) agree.
+            wanted = sigs_so_far.setdefault(fp.path, [])
+            wanted.extend(sig for sig in spec.signatures if sig not in wanted)
+            problems.extend(f"patch {patch.id}: {p}" for p in signatures.check_file(fp.path, new, wanted))
             contents[fp.path] = new
             posts[patch.id][fp.path] = new
     return contents, posts, problems
