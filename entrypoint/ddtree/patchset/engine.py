@@ -238,9 +238,10 @@ def apply(
         note = ""
         if writes:
             _swap(writes, {path: _read_abs(path) for path in writes})
-            note = "manifests rewritten"
+            note = "manifests written" if series.patches else "empty series, manifests written"
         verify(root, series, folder).raise_if_failed()
-        return ApplyResult(root, "already applied", sorted(current), ids, installed, _since(started), note)
+        status = "applied" if writes and not series.patches else "already applied"
+        return ApplyResult(root, status, sorted(current), ids, installed, _since(started), note)
     final, _, problems = simulate(series, lambda path: current[path])
     if problems:
         raise UserError(_join(problems) + "; nothing was changed")
