@@ -207,7 +207,14 @@ def test_committed_dockerfile_builds_with_a_stand_in_base(
     out = _run(docker, "run", "--rm", "--network=none", "--entrypoint", "bash", tag, "-c",
                f"ddtree --version && python -m ddtree.patchset verify --root {SITE}")  # fmt: skip
     assert out.returncode == 0 and out.stdout.startswith("ddtree "), out.stdout + out.stderr
+    # Reproducibility: an independent build of the same series on the same wheel writes the same manifest.
+    manifests = [
+        _run(docker, "run", "--rm", "--network=none", "--entrypoint", "cat", name,
+             "/opt/ddtree/patch-manifest/manifest.json", "/opt/ddtree/patch-manifest/MANIFEST.sha256").stdout
+        for name in (tag, ci_image.image_id)
+    ]  # fmt: skip
     _run(docker, "image", "rm", tag)
+    assert manifests[0] and manifests[0] == manifests[1]
 
 
 # ---------------------------------------------------------------- secrets
