@@ -330,13 +330,28 @@ def refresh(
     purpose: str | None = None,
     signature_args: list[str] | None = None,
     run_check: bool = True,
+    new: bool = False,
+    after: str | None = None,
 ) -> RefreshReport:
-    """Write NAME's diff and hashes back from its work tree, then check the whole series."""
+    """Write NAME's diff and hashes back from its work tree, then check the whole series.
+    new/after only confirm what `edit` was told (the work tree's baseline depends on the place)."""
     folder = work_dir(name)
+    edit_hint = f"edit {name} --new" + (f" --after {after}" if after else "") if new else f"edit {name}"
     try:
         state = json.loads((folder / STATE_NAME).read_text())
     except FileNotFoundError:
-        raise UserError(f"no work tree for {name}: run `ddtree-build patches edit {name}` first") from None
+        raise UserError(
+            f"no work tree for {name}: run `ddtree-build patches {edit_hint}` first, change files in "
+            f".work/patches/{name}/tree, then refresh"
+        ) from None
+    if (new or after) and (not state["new"] or (after or None) != state["after"]):
+        made = (
+            f"--new --after {state['after']}" if state["after"] else "--new" if state["new"] else "(existing)"
+        )
+        raise UserError(
+            f"the work tree of {name} was made by `edit {name} {made}`; run `ddtree-build patches "
+            f"{edit_hint} --force` to make it for that place (this discards its edits)"
+        )
     extra_sigs = _parse_signature_args(signature_args or [])
     changed, deleted = _changed_files(folder / "tree", state)
     if deleted:

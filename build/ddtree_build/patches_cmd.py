@@ -50,7 +50,9 @@ def _edit(args: argparse.Namespace) -> int:
 
 
 def _refresh(args: argparse.Namespace) -> int:
-    report = patch_workflow.refresh(args.name, purpose=args.purpose, signature_args=args.signatures)
+    report = patch_workflow.refresh(
+        args.name, purpose=args.purpose, signature_args=args.signatures, new=args.new, after=args.after
+    )
     print(f"wrote patches/{report.patch.diff}: {len(report.changed)} file(s): {', '.join(report.changed)}")
     if report.rebased:
         print(f"rebased later patches (same change, new line numbers): {', '.join(report.rebased)}")
@@ -108,6 +110,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = sub.add_parser("refresh", help="write NAME's diff and all hashes back from its work tree; check all")
     p.add_argument("name")
     p.add_argument("--purpose", help="one line; required for a new patch")
+    p.add_argument("--new", action="store_true", help="confirm NAME is new (as `edit NAME --new` made it)")
+    p.add_argument("--after", metavar="OTHER", help="confirm the place `edit NAME --new --after OTHER` made")
     p.add_argument(
         "--signatures",
         action="append",

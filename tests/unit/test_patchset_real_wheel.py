@@ -178,16 +178,19 @@ def test_edit_refresh_new_patches_then_change_the_first(tmp_path: Path, base_whe
     assert "1. core: DDTree core [0001-core.diff]" in listing.stdout
 
     # A patch inserted in the middle; refresh with nothing changed; refresh without edit.
-    done = _cli("refresh", "ghost", repo=repo)
-    assert done.returncode == 1 and "run `ddtree-build patches edit ghost` first" in done.stderr
+    done = _cli("refresh", "ghost", "--new", "--purpose", "x", repo=repo)
+    assert done.returncode == 1 and "run `ddtree-build patches edit ghost --new` first" in done.stderr
     done = _cli("edit", "mid", "--new", "--after", "core", repo=repo)
     assert done.returncode == 0, done.stderr
     done = _cli("refresh", "mid", "--purpose", "middle", repo=repo)
     assert done.returncode == 1 and "nothing to write" in done.stderr
     worker = work / "mid" / "tree" / "sglang/srt/speculative/dflash_worker.py"
     worker.write_text(worker.read_text() + "\n\nDDTREE_MID = 1\n")
+    done = _cli("refresh", "mid", "--new", "--after", "graph-fix", "--purpose", "m", repo=repo)
+    assert done.returncode == 1 and "was made by `edit mid --new --after core`" in done.stderr
+    sigs = "dflash_worker.py=DDTREE_MID"
     done = _cli(
-        "refresh", "mid", "--purpose", "middle", "--signatures", "dflash_worker.py=DDTREE_MID", repo=repo
+        "refresh", "mid", "--new", "--after", "core", "--purpose", "middle", "--signatures", sigs, repo=repo
     )
     assert done.returncode == 0, done.stderr
     series = series_mod.load(repo / "patches" / "series.yaml")
