@@ -168,6 +168,12 @@ def check_draft_topk(du: ModuleType, device: str) -> None:
             5,
         )
         assert torch.equal(merged[1].cpu(), expect_ids[..., :5])
+    # Chunked top-k with heavy ties, also across chunks and at the k-th value: exactly the lowest ids.
+    tied = -torch.randint(0, 3, (2, 3, 8192), generator=gen).float()
+    tied[0, 0, 5000] = 1.0  # one clear winner in a late chunk
+    values, ids = du.draft_topk(tied.to(device), 6)
+    expect_vals, expect_ids = torch.sort(tied, dim=-1, descending=True, stable=True)
+    assert torch.equal(ids.cpu(), expect_ids[..., :6]) and torch.equal(values.cpu(), expect_vals[..., :6])
 
 
 def check_ties(du: ModuleType, device: str) -> None:
