@@ -74,14 +74,21 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _timed_chunks(self, max_tokens: int) -> Iterator[tuple[int, int]]:
-        """(tokens in this chunk, tokens so far), paced by the config."""
+        """(tokens in this chunk, tokens so far), paced by the config.
+
+        Each chunk's real send time is kept in server.emissions (one record per request): on a loaded
+        machine sleeps overshoot, so tests compare the client's figures with what was really sent."""
         cfg = self.server.config
+        record = {"received": self.received, "sent": [], "tokens": []}
+        self.server.emissions.append(record)
         time.sleep(cfg.ttft_s)
         done = 0
         while done < max_tokens:
             step = min(cfg.tokens_per_chunk, max_tokens - done)
             done += step
             yield step, done
+            record["sent"].append(time.perf_counter())
+            record["tokens"].append(done)
             if done < max_tokens:
                 time.sleep(cfg.chunk_interval_s)
 
@@ -117,6 +124,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json({"error": "not found"}, 404)
 
     def do_POST(self) -> None:
+        self.received = time.perf_counter()
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length) or b"{}")
         self.server.requests_seen.append((self.path, body))
@@ -213,6 +221,7 @@ class _DoubleServer(ThreadingHTTPServer):
     request_queue_size = 128  # 64 concurrent connections must not be refused
     config: DoubleConfig
     requests_seen: list[tuple[str, dict[str, Any]]]
+    emissions: list[dict[str, Any]]
 
 
 @contextmanager
@@ -221,6 +230,7 @@ def serve(config: DoubleConfig | None = None) -> Iterator[tuple[str, _DoubleServ
     server = _DoubleServer(("127.0.0.1", 0), _Handler)
     server.config = config or DoubleConfig()
     server.requests_seen = []
+    server.emissions = []
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:

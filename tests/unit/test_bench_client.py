@@ -31,16 +31,22 @@ def double():
 
 @pytest.mark.parametrize("api", ["generate", "completions", "chat"])
 def test_tok_s_and_ttft_match_the_controlled_timing(double, api: str) -> None:
-    url, _ = double
+    url, server = double
     client = Client(url, api=api)
     req = GenerationRequest(prompt_ids=list(range(100)), prompt_text="p" * 100, max_tokens=MAX_TOKENS)
     res = client.stream(req)
     assert res.ok, res.error
     assert res.output_tokens == MAX_TOKENS
-    # Never earlier than the server's first token; later only by client and scheduler overhead
-    # (loose upper bound: this machine is shared by parallel test runs).
-    assert TTFT - 0.005 <= (res.ttft_s or 0) <= TTFT + 0.06
-    assert res.decode_tok_s == pytest.approx(expected_decode_rate(), rel=0.2)
+    sent = server.emissions[-1]
+    true_ttft = sent["sent"][0] - sent["received"]
+    true_rate = (MAX_TOKENS - 1) / (sent["sent"][-1] - sent["sent"][0])
+    # The double keeps its pace (loosely: sleeps overshoot on a loaded machine) ...
+    assert true_ttft == pytest.approx(TTFT, rel=0.5)
+    assert true_rate == pytest.approx(expected_decode_rate(), rel=0.5)
+    # ... and the client measures what was really sent: TTFT never earlier than the first token
+    # left the server, the decode rate within a few percent.
+    assert true_ttft <= (res.ttft_s or 0) <= true_ttft + 0.04
+    assert res.decode_tok_s == pytest.approx(true_rate, rel=0.08)
     # One chunk per verify step: counting chunks would give a quarter of the true rate.
     assert res.chunks <= MAX_TOKENS // PER_CHUNK + 3
     if api == "chat":
@@ -68,7 +74,7 @@ def test_requests_really_run_concurrently() -> None:
         results = run_concurrently(client, reqs)
         wall = time.perf_counter() - t0
     assert all(r.ok for r in results), [r.error for r in results]
-    assert 0.45 <= wall < 1.2, wall
+    assert 0.45 <= wall < 2.0, wall  # serially it would take 4 s
     starts = [r.start for r in results]
     assert max(starts) - min(starts) < 0.1  # released together by the barrier
 

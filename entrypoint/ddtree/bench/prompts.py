@@ -187,7 +187,8 @@ class PromptBuilder:
         offset = (n // len(CORPUS_MODULES)) * 97 % max(1, len(ids) - count) if len(ids) > count else 0
         return ids[offset : offset + count]
 
-    def build(self, tokens: int, n: int) -> Prompt:
+    def build(self, tokens: int, n: int, with_text: bool = True) -> Prompt:
+        """Prompt number `n` of exactly `tokens` tokens; `with_text=False` skips decoding (ids suffice)."""
         if tokens < 1:
             raise UserError(f"context length {tokens} must be at least 1 token")
         tag = f"Request {n}.\n"
@@ -212,5 +213,5 @@ class PromptBuilder:
             missing = tokens - len(ids)
             ids += self._instruction[len(self._instruction) - missing :] if missing else []
         assert len(ids) == tokens, (len(ids), tokens)
-        text = self.tokenizer.decode(ids[len(prefix) :])
+        text = self.tokenizer.decode(ids[len(prefix) :]) if with_text else ""
         return Prompt(text=text, ids=ids, target_tokens=tokens, exact=True)

@@ -201,8 +201,10 @@ class Sweep:
         self, context: int, concurrency: int, round_index: int, warm: bool
     ) -> list[GenerationRequest]:
         s = self.settings
-        base = (context * 1000 + concurrency) * 1000 + (500 if warm else 0) + round_index * concurrency
-        prompts = [self.builder.build(context, base + i) for i in range(concurrency)]
+        # Distinct numbers -> distinct prompts: no request reuses another's cached prefix.
+        base = (context * 1000 + concurrency) * 100_000 + (50_000 if warm else 0) + round_index * concurrency
+        with_text = s.api == "chat" or self.builder.tokenizer is None
+        prompts = [self.builder.build(context, base + i, with_text) for i in range(concurrency)]
         return [
             GenerationRequest(
                 prompt_ids=p.ids if s.api != "chat" else None,
