@@ -192,6 +192,14 @@ def run_sweep(args: argparse.Namespace) -> int:
     if skipped:
         print(f"ddtree bench: plots skipped: {skipped}", file=sys.stderr)
     print(f"results: {out / 'results.json'}; " + ", ".join(str(p) for p in written))
+    measured = {(c["context"], c["concurrency"]) for c in summary["cells"]}
+    missing = [f"ctx={c} conc={k}" for c in args.contexts for k in args.concurrency if (c, k) not in measured]
+    if missing:
+        print(
+            f"ddtree bench: incomplete cells ({', '.join(missing)}): run the same command again",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

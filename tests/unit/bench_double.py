@@ -32,6 +32,7 @@ class DoubleConfig:
     metrics_accept_length: float | None = 3.9
     responder: Callable[[str], str] | None = None  # non-streaming answers (HumanEval)
     fail_generate: bool = False
+    fail_every: int = 0  # when > 0, every n-th /generate request answers HTTP 503
     fail_tokenize: bool = False  # like 0.5.13.post1 when the tokenizer has no model_max_length
     extra_server_info: dict[str, Any] = field(default_factory=dict)
 
@@ -146,6 +147,10 @@ class _Handler(BaseHTTPRequestHandler):
         cfg = self.server.config
         if cfg.fail_generate:
             self._json({"error": {"message": "boom"}}, 500)
+            return
+        generates = sum(1 for path, _ in self.server.requests_seen if path == "/generate")
+        if cfg.fail_every and generates % cfg.fail_every == 0:
+            self._json({"error": {"message": "overloaded"}}, 503)
             return
         prompt_tokens = len(body["input_ids"]) if "input_ids" in body else len(body.get("text", ""))
         max_tokens = int(body["sampling_params"]["max_new_tokens"])

@@ -179,3 +179,16 @@ def test_broken_server_tokenizer_is_named_or_falls_back(tmp_path: Path) -> None:
         with pytest.raises(UserError, match=r"/v1/tokenize does not work \(POST /v1/tokenize -> HTTP 500"):
             resolve_tokenizer("server", client, None)
         assert resolve_tokenizer("auto", client, str(tmp_path / "no-such-model")) is None  # approx
+
+
+def test_cells_with_failed_requests_are_measured_again(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    config = DoubleConfig(ttft_s=0.01, chunk_interval_s=0.005, fail_every=5)
+    with serve(config) as (url, _):
+        assert main(sweep_argv(url, out, "--no-plots")) == 1
+        assert "incomplete cells" in capsys.readouterr().err
+        kept = len(json.loads((out / "results.json").read_text())["cells"])
+        assert kept < 4
+        config.fail_every = 0
+        assert main(sweep_argv(url, out, "--no-plots")) == 0
+    assert len(json.loads((out / "results.json").read_text())["cells"]) == 4
