@@ -28,8 +28,22 @@ Command line (stdlib + pyyaml + packaging only; no git, no GNU patch):
     python -m ddtree.patchset verify --root SITE_PACKAGES [--series PATCHES/series.yaml]
 """
 
-from ddtree.patchset.engine import ApplyResult, apply
-from ddtree.patchset.series import Series, load
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# `verify` is bound eagerly: the submodule of the same name would otherwise shadow the function. The rest
+# loads on first use, so `verify` (the self-check, the image's verify step) imports neither yaml nor the
+# engine's write machinery.
 from ddtree.patchset.verify import VerifyResult, verify
 
+_LAZY = {"apply": "engine", "ApplyResult": "engine", "load": "series", "Series": "series"}
+
 __all__ = ["ApplyResult", "Series", "VerifyResult", "apply", "load", "verify"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"ddtree.patchset.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'ddtree.patchset' has no attribute {name!r}")

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 from ddtree.errors import UserError
-from ddtree.patchset import engine, series
 from ddtree.patchset.verify import verify as verify_tree
 
 
@@ -30,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser, series_required: bool) -> Non
 
 
 def run_apply(args: argparse.Namespace) -> int:
+    from ddtree.patchset import engine, series
+
     result = engine.apply(args.root, series.load(args.series), args.manifest_dir)
     print(result.summary())
     return 0

@@ -12,10 +12,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddtree import __version__
 from ddtree.errors import UserError
-from ddtree.patchset.series import Series
+
+if TYPE_CHECKING:
+    from ddtree.patchset.series import Series
 
 DIRNAME = ".ddtree-patchset"
 SHA_NAME = "MANIFEST.sha256"

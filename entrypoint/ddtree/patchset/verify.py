@@ -10,11 +10,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddtree.errors import UserError
 from ddtree.fsutil import sha256_bytes
 from ddtree.patchset import manifest, signatures, tree
-from ddtree.patchset.series import NEW, Series, load
+
+if TYPE_CHECKING:
+    from ddtree.patchset.series import Series
+
+NEW = "new"  # as in series.py; not imported from there, so that a manifest-only verify needs no yaml
 
 
 @dataclass
@@ -134,7 +139,9 @@ def verify(
     root = Path(root)
     folder = Path(manifest_dir) if manifest_dir else manifest.default_dir(root)
     problems: list[str] = []
-    if series is not None and not isinstance(series, Series):
+    if isinstance(series, (str, Path)):
+        from ddtree.patchset.series import load
+
         series = load(Path(series))
     data: dict | None = None
     if series is None:
