@@ -15,7 +15,7 @@ import json
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -56,13 +56,13 @@ def docker() -> str:
 
 
 @pytest.fixture(scope="module")
-def ci_image(docker: str, tmp_path_factory: pytest.TempPathFactory) -> image.ImageResult:
+def ci_image(docker: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[image.ImageResult]:
     folder = tmp_path_factory.mktemp("ci-image")
     ca = folder / "ca.pem"
     ca.write_text(engine.HOST_CA_BUNDLE.read_text() + f"\n# {CA_CANARY}\n")
     log = folder / "build.log"
     try:
-        return image.build(
+        result = image.build(
             TARGET,
             "bootstrap",
             TEST_NAME,
@@ -75,6 +75,10 @@ def ci_image(docker: str, tmp_path_factory: pytest.TempPathFactory) -> image.Ima
     except Exception:
         print(log.read_text()[-6000:] if log.exists() else "(no build log)")
         raise
+    yield result
+    # Per-commit tags would pile up run after run; the build cache, not the tags, makes reruns fast.
+    for tag in result.tags[1:]:
+        _run(docker, "image", "rm", tag)
 
 
 def _run(docker: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -161,6 +165,8 @@ def test_rebuild_reuses_the_dependency_layer(
     log = tmp_path / "rebuild.log"
     lock = _ci_lock(tmp_path)
     again = image.build(TARGET, "bootstrap", TEST_NAME, lock=lock, hf_token=HF_CANARY, log=log, say=print)
+    for tag in set(again.tags[1:]) - set(ci_image.tags):  # a commit landed meanwhile: a new sha tag
+        _run(docker, "image", "rm", tag)
     text = log.read_text()
     install_step = re.search(r"^#(\d+) \[deps \d/\d\] RUN .*--require-hashes", text, re.M)
     assert install_step, "no install step in the log:\n" + "\n".join(re.findall(r"^#\d+ \[.*", text, re.M))
