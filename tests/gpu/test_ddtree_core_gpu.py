@@ -31,6 +31,7 @@ def du() -> ModuleType:
         core.check_greedy_decoding,
         core.check_sampling_chi_square,
         core.check_sampling_matches_greedy_on_one_hot,
+        core.check_residual_draw,
     ],
     ids=lambda f: f.__name__,
 )

@@ -372,6 +372,25 @@ def check_sampling_chi_square(du: ModuleType, device: str, rows: int = 40000) ->
         assert chi_square_p(pairs, joint) >= P_VALUE_FLOOR
 
 
+def check_residual_draw(du: ModuleType, device: str) -> None:
+    """The residual draw over a large vocabulary (two-level inverse CDF) follows the weights, never 0s."""
+    gen = torch.Generator().manual_seed(11)
+    vocab, rows = 8192, 4000  # 8 blocks of 1024: the two-level path
+    support = torch.randperm(vocab, generator=gen)[:12]  # spread over many 1024-token blocks
+    weights = torch.zeros(vocab)
+    weights[support] = torch.rand(12, generator=gen) + 0.2
+    batch = weights.unsqueeze(0).expand(rows, vocab).contiguous().to(device)
+    index, total = du._sample_rows(batch, torch.rand(rows, generator=gen).to(device))
+    index = index.cpu()
+    assert torch.allclose(total.cpu().float(), weights.sum().expand(rows))
+    assert bool((weights[index] > 0).all())
+    counts = torch.bincount(index, minlength=vocab)[support]
+    assert chi_square_p(counts, weights[support] / weights.sum()) >= P_VALUE_FLOOR
+    # Extreme coins, 1.0 included (outside [0, 1), as rounding can produce): only positive weights.
+    edge = du._sample_rows(batch[:3], torch.tensor([0.0, 1.0 - 2**-24, 1.0]).to(device))[0].cpu()
+    assert edge.tolist() == [int(support.min()), int(support.max()), int(support.max())]
+
+
 def check_sampling_matches_greedy_on_one_hot(du: ModuleType, device: str) -> None:
     gen = torch.Generator().manual_seed(7)
     lp = torch.randn(32, 5, 6, generator=gen).log_softmax(-1).to(device)
@@ -451,6 +470,10 @@ def test_greedy_decoding_equals_plain_greedy(du: ModuleType) -> None:
 
 def test_sampling_follows_target_distribution(du: ModuleType) -> None:
     check_sampling_chi_square(du, "cpu")
+
+
+def test_residual_draw_over_large_vocab(du: ModuleType) -> None:
+    check_residual_draw(du, "cpu")
 
 
 def test_sampling_is_greedy_on_one_hot_targets(du: ModuleType) -> None:
