@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import os
 import stat
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -140,3 +141,29 @@ def test_compose_pin_is_consistent() -> None:
     pin = engine.COMPOSE_SDIST
     assert pin.url.endswith("/" + pin.filename)
     assert len(pin.sha256) == 64 and int(pin.sha256, 16) >= 0
+
+
+def test_dockerd_that_exits_is_reported_with_its_log_tail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon that dies at start: the error names the exit code and the log's last lines, at once.
+
+    A stand-in process plays dockerd (the real one is serving other tests here) and the ping is replaced.
+    """
+    log = tmp_path / "dockerd.log"
+    log.write_text("starting\nfailed to start daemon: error initializing graphdriver\n")
+    monkeypatch.setattr(engine, "engine_answers", lambda timeout=5.0: False)
+    proc = subprocess.Popen(["sh", "-c", "exit 3"])
+    proc.wait()
+    with pytest.raises(UserError) as info:
+        engine._wait_for_engine(proc, log, timeout_s=30)
+    message = str(info.value)
+    assert "exited with code 3" in message and "graphdriver" in message and "\n" not in message
+
+
+def test_dockerd_that_never_answers_times_out_clearly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine, "engine_answers", lambda timeout=5.0: False)
+    with pytest.raises(UserError, match=r"did not answer within 1 s; log .*no log at"):
+        engine._wait_for_engine(None, tmp_path / "missing.log", timeout_s=1)
