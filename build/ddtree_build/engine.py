@@ -149,17 +149,21 @@ def engine_answers(timeout: float = 5.0) -> bool:
         return False
 
 
-def _pidfile_process_alive(pidfile: Path) -> bool:
+def _dockerd_alive(pidfile: Path) -> bool:
     try:
         pid = int(pidfile.read_text().strip())
     except (OSError, ValueError):
         return False
-    return Path(f"/proc/{pid}").exists()
+    # A stale pidfile after a reboot may name a live process that is not dockerd.
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "dockerd"
+    except OSError:
+        return False
 
 
 def _start_dockerd(log: Path) -> subprocess.Popen | None:
     """Start dockerd detached (it outlives this process), unless one is already starting."""
-    if _pidfile_process_alive(DOCKERD_PIDFILE):
+    if _dockerd_alive(DOCKERD_PIDFILE):
         return None
     dockerd = shutil.which("dockerd") or "/usr/sbin/dockerd"
     if not Path(dockerd).exists():
@@ -205,7 +209,7 @@ def ensure_engine(say: Callable[[str], None] = print) -> None:
             say(f"engine: installing {' '.join(DEBIAN_ENGINE_PACKAGES)} from Debian (log: {apt_log})")
             apt_install(DEBIAN_ENGINE_PACKAGES, apt_log)
             # The package's init script may have started a daemon already (no systemd here).
-            if _pidfile_process_alive(DOCKERD_PIDFILE):
+            if _dockerd_alive(DOCKERD_PIDFILE):
                 with contextlib.suppress(UserError):
                     _wait_for_engine(None, DOCKERD_LOG, timeout_s=20)
             if engine_answers():
