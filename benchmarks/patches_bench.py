@@ -14,6 +14,7 @@ time inside the function.
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import subprocess
 import sys
@@ -92,7 +93,14 @@ def bench(label: str, series_path: Path, wheel: Path, runs: int) -> list[tuple[s
         verify_cli = _median_time(
             lambda: _cli(["-m", "ddtree.patchset", "verify", "--root", str(root)]), runs
         )
-    rows.append((f"{label}: verify on an installed tree (manifest)", verify_cli, verify_engine))
+        rows.append((f"{label}: verify on an installed tree (manifest, .pyc)", verify_cli, verify_engine))
+        for cache in root.rglob("__pycache__"):
+            shutil.rmtree(cache)
+        verify_engine = _median_time(lambda: verify(root).raise_if_failed(), runs)
+        verify_cli = _median_time(
+            lambda: _cli(["-m", "ddtree.patchset", "verify", "--root", str(root)]), runs
+        )
+        rows.append((f"{label}: verify, no .pyc (compiles the sources)", verify_cli, verify_engine))
     return rows
 
 

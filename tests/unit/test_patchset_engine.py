@@ -419,3 +419,30 @@ def test_a_later_patch_may_not_remove_an_earlier_signature(tmp_path: Path, tree:
         UserError, match=r"patch second: .* signature\(s\) not found in the code: ddtree_budget"
     ):
         apply(tree, series)
+
+
+def test_verify_reads_the_pyc_that_runs(tree: Path, series) -> None:
+    """apply writes hash-checked .pyc files; verify reads signatures from them (what the interpreter runs)
+    when they were compiled from exactly the source, and compiles the source when they were not."""
+    import importlib.util
+    import marshal
+
+    apply(tree, series)
+    source_path = tree / RUNNER_PATH
+    pyc = Path(importlib.util.cache_from_source(str(source_path)))
+    data = pyc.read_bytes()
+    assert int.from_bytes(data[4:8], "little") & 1, "apply should write hash-based .pyc files"
+    assert verify(tree).ok
+    # A .pyc claiming the right source hash but holding other code: verify sees the code that would run.
+    source = source_path.read_bytes()
+    evil = compile(source.replace(b"ddtree_budget", b"other_name"), str(source_path), "exec")
+    header = importlib.util.MAGIC_NUMBER + (3).to_bytes(4, "little") + importlib.util.source_hash(source)
+    pyc.write_bytes(header + marshal.dumps(evil))
+    problems = verify(tree).problems
+    assert any("signature(s) not found in the code: ddtree_budget" in p for p in problems), problems
+    # A .pyc of other source bytes is ignored: the source is compiled instead.
+    other = b"x = 1\n"
+    pyc.write_bytes(
+        importlib.util.MAGIC_NUMBER + (3).to_bytes(4, "little") + importlib.util.source_hash(other)
+    )
+    assert verify(tree).ok

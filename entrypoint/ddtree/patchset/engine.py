@@ -371,8 +371,16 @@ def _rmdir_quiet(folder: Path) -> None:
 
 
 def _write_bytecode(paths: list[Path]) -> None:
-    """Refresh __pycache__ for the patched files so the image does not recompile them at every start."""
+    """Refresh __pycache__ for the patched files so the image does not recompile them at every start.
+    Hash-checked .pyc files: bound to the source bytes (not to mtimes, which image layers may rewrite),
+    and `verify` can read the code from them instead of compiling it."""
     for path in paths:
         # a stale or missing .pyc only costs start-up time; the source was verified already
         with contextlib.suppress(OSError, py_compile.PyCompileError):
-            py_compile.compile(str(path), cfile=cache_from_source(str(path)), doraise=True, quiet=2)
+            py_compile.compile(
+                str(path),
+                cfile=cache_from_source(str(path)),
+                doraise=True,
+                quiet=2,
+                invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
+            )

@@ -130,7 +130,9 @@ def verify(
 
     root: the folder holding sglang/ (site-packages). series: a loaded Series, a path to series.yaml, or None
     to check against the tree's own manifest.json. manifest_dir: where the manifests are (default
-    <root>/.ddtree-patchset). deep=False skips compile + signatures (for callers that just checked those
+    <root>/.ddtree-patchset). A .py file whose hash-based .pyc (written by apply) was compiled from exactly
+    its bytes is read from that .pyc instead of compiled: faster, and it is the code that runs.
+    deep=False skips compile + signatures (for callers that just checked those
     bytes in memory: the hash then proves they are the same bytes). Raises UserError only when the tree
     or series cannot be read at all; every finding about the tree itself is in VerifyResult.problems
     (empty = verified).
@@ -170,7 +172,8 @@ def verify(
             continue
         assert content is not None
         if deep:
-            problems.extend(signatures.check_file(exp.path, content, exp.signatures))
+            code = signatures.cached_code(root / exp.path, content) if exp.path.endswith(".py") else None
+            problems.extend(signatures.check_file(exp.path, content, exp.signatures, code))
     problems.extend(_check_manifests(folder, data, digest, finals))
     return VerifyResult(
         root=root,
