@@ -46,7 +46,16 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
     rm -f /etc/apt/apt.conf.d/docker-clean \
     && apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates g++ gcc libc6-dev libgomp1 libnuma1 python3 python3-dev python3-venv
+    && apt-get install -y --no-install-recommends \
+         ca-certificates \
+         g++ \
+         gcc \
+         libc6-dev \
+         libgomp1 \
+         libnuma1 \
+         python3 \
+         python3-dev \
+         python3-venv
 
 # ===============================================================================================================
 # Stage 2/4: deps - the hash-locked Python stack in /opt/venv; this layer changes only when the lock changes
