@@ -1,0 +1,342 @@
+"""Run inside the CPU SGLang environment (tests/unit/test_ddtree_sglang.py builds it): the patched
+sglang 0.5.13.post1 with DDTREE. Imports SGLang once (about 30 s here) and prints one JSON object with
+every fact the tests assert, so each fact costs no further import.
+
+usage: python ddtree_sglang_probe.py TARGET_DIR DRAFTER_DIR
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import socket
+import sys
+import traceback
+import types
+
+
+def _server_args(argv: list[str]):
+    from sglang.srt.server_args import prepare_server_args
+
+    return prepare_server_args(argv)
+
+
+def _args_case(base: list[str], extra: list[str]) -> dict:
+    """ServerArgs for base + extra: the settled fields, or the error's type and message."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            a = _server_args(base + extra)
+    except SystemExit as e:
+        return {"error": "SystemExit", "message": err.getvalue().strip().splitlines()[-1:], "code": e.code}
+    except Exception as e:  # the message is what the test checks
+        return {"error": type(e).__name__, "message": str(e)}
+    return {
+        "algorithm": a.speculative_algorithm,
+        "num_draft_tokens": a.speculative_num_draft_tokens,
+        "block_size": a.speculative_dflash_block_size,
+        "budget": a.speculative_ddtree_budget,
+        "topk": a.speculative_ddtree_topk,
+        "page_size": a.page_size,
+        "attention_backend": a.attention_backend,
+        "max_spec_tokens": a.max_speculative_num_draft_tokens,
+        "overlap_disabled": a.disable_overlap_schedule,
+        "window": a.speculative_draft_window_size,
+        "eagle_topk": a.speculative_eagle_topk,
+    }
+
+
+def _init_single_process_groups(args) -> None:
+    """World size 1 on gloo: what ModelRunner sets up before any CUDA graph runner exists."""
+    import torch
+    from sglang.srt.distributed.parallel_state import init_distributed_environment, initialize_model_parallel
+    from sglang.srt.layers.dp_attention import initialize_dp_attention
+    from sglang.srt.server_args import set_global_server_args_for_scheduler
+
+    set_global_server_args_for_scheduler(args)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    init_distributed_environment(
+        backend="gloo", world_size=1, rank=0, local_rank=0, distributed_init_method=f"tcp://127.0.0.1:{port}"
+    )
+    initialize_model_parallel(1)
+    initialize_dp_attention(
+        server_args=args, model_config=types.SimpleNamespace(hidden_size=64, dtype=torch.bfloat16)
+    )
+
+
+class _StopAtBuffers(Exception):
+    """Raised by the stand-in attention backend once the runner has sized its buffers."""
+
+
+class _SizingBackend:
+    def init_cuda_graph_state(self, max_bs: int, max_num_token: int) -> None:
+        raise _StopAtBuffers(max_bs, max_num_token)
+
+
+class FlashInferAttnBackend:  # named like the backend whose DFLASH verify skips the mask
+    pass
+
+
+class TritonAttnBackend:
+    pass
+
+
+def _runner_stub(args, is_draft: bool, backend: object):
+    """The model-runner attributes CudaGraphRunner reads before it allocates (no GPU, no model)."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    return types.SimpleNamespace(
+        device="cpu",
+        server_args=args,
+        model_config=types.SimpleNamespace(is_encoder_decoder=False),
+        use_ngram_embedding=False,
+        spec_algorithm=SpeculativeAlgorithm.from_string(args.speculative_algorithm),
+        is_draft_worker=is_draft,
+        req_to_token_pool=types.SimpleNamespace(size=8),
+        attn_backend=backend,
+    )
+
+
+def _cuda_graph_facts(args) -> dict:
+    """Tokens per request and buffer sizes that the real CudaGraphRunner.__init__ computes, and the
+    capture-time spec_info of get_spec_info (mask bound or not) for target and drafter."""
+    import torch
+    from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
+
+    out: dict = {}
+    drafter_args = copy.copy(args)
+    drafter_args.speculative_num_draft_tokens = args.speculative_dflash_block_size
+    for role, run_args, is_draft in (("target", args, False), ("drafter", drafter_args, True)):
+        try:
+            CudaGraphRunner(_runner_stub(run_args, is_draft, _SizingBackend()))
+            out[role] = {"error": "runner did not reach init_cuda_graph_state"}
+        except _StopAtBuffers as stop:
+            max_bs, max_num_token = stop.args
+            out[role] = {
+                "max_bs": max_bs,
+                "max_num_token": max_num_token,
+                "per_request": max_num_token // max_bs,
+            }
+    for name, backend in (("flashinfer", FlashInferAttnBackend()), ("triton", TritonAttnBackend())):
+        runner = CudaGraphRunner.__new__(CudaGraphRunner)
+        runner.model_runner = _runner_stub(args, False, backend)
+        runner.buffers = types.SimpleNamespace(custom_mask=torch.ones(4, dtype=torch.bool))
+        spec = runner.get_spec_info(8)
+        out[f"capture_{name}"] = {
+            "type": type(spec).__name__,
+            "mask_bound": spec.custom_mask is runner.buffers.custom_mask,
+            "draft_token_num": spec.draft_token_num,
+        }
+    return out
+
+
+def _assign_req_to_token_reference(req_pool_indices, req_to_token, start, end, out_cache_loc, bs) -> None:
+    """Torch stand-in for SGLang's Triton assign_req_to_token_pool kernel (Triton needs a GPU)."""
+    offset = 0
+    for i in range(bs):
+        s, e = int(start[i]), int(end[i])
+        req_to_token[int(req_pool_indices[i]), s:e] = out_cache_loc[offset : offset + e - s]
+        offset += e - s
+
+
+class _Req:
+    """The Req attributes verify() touches; finishes after `max_new` tokens."""
+
+    def __init__(self, max_new: int):
+        self.output_ids: list[int] = []
+        self.origin_input_ids = [5]
+        self.grammar = None
+        self.max_new = max_new
+        self.spec_verify_ct = 0
+        self.spec_num_correct_drafts = 0
+        self.kv_committed_len = 0
+        self.kv_allocated_len = 0
+
+    def update_finish_state(self) -> None:
+        pass
+
+    def finished(self) -> bool:
+        return len(self.output_ids) >= self.max_new
+
+
+def _verify_facts() -> dict:
+    """DDTreeVerifyInput.verify on a two-request batch with a known tree and known target argmax."""
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.speculative import ddtree_info
+    from sglang.srt.speculative.ddtree_utils import build_ddtree, verify_input_ids
+
+    ddtree_info.assign_req_to_token_pool_func = _assign_req_to_token_reference
+    bs, depth, vocab, budget, topk = 2, 3, 16, 5, 2
+    logp = torch.full((bs, depth, vocab), -20.0)
+    # depth 1: tokens 3 (best) and 4; depth 2: 6 then 7; depth 3: 9 then 10
+    for d, (a, b) in enumerate(((3, 4), (6, 7), (9, 10))):
+        logp[:, d, a], logp[:, d, b] = -0.1, -2.5
+    tree = build_ddtree(torch.log_softmax(logp, dim=-1), budget, topk)
+    size = budget + 1
+    seq_lens = torch.tensor([4, 6], dtype=torch.int32)
+    # target argmax per verify row: request 0 follows 3 -> 6 -> then says 11 (not in the tree);
+    # request 1 rejects the first depth: says 4 (the second-best child) then 7.
+    tok = tree.tokens
+    argmax = torch.full((bs, size), 15, dtype=torch.long)
+
+    def row_of(b: int, token: int, parent_row: int) -> int:
+        for i in range(budget):
+            if int(tok[b, i]) == token and int(tree.parents[b, i]) + 1 == parent_row:
+                return i + 1
+        raise AssertionError(f"token {token} under row {parent_row} not in tree {tok[b].tolist()}")
+
+    argmax[0, 0] = 3
+    r3 = row_of(0, 3, 0)
+    argmax[0, r3] = 6
+    r6 = row_of(0, 6, r3)
+    argmax[0, r6] = 11
+    argmax[1, 0] = 4
+    r4 = row_of(1, 4, 0)
+    argmax[1, r4] = 12
+    logits = torch.nn.functional.one_hot(argmax.view(-1), vocab).float() * 10
+    hidden = torch.arange(bs * size, dtype=torch.float32).view(-1, 1).repeat(1, 3)
+
+    out_cache_loc = torch.arange(100, 100 + bs * size, dtype=torch.int64)
+    freed: list[int] = []
+    req_to_token = torch.full((2, 32), -1, dtype=torch.int64)
+    reqs = [_Req(max_new=100), _Req(max_new=1)]  # request 1 finishes after its first emitted token
+    batch = types.SimpleNamespace(
+        forward_mode=ForwardMode.TARGET_VERIFY,
+        reqs=reqs,
+        batch_size=lambda: bs,
+        sampling_info=None,
+        out_cache_loc=out_cache_loc,
+        token_to_kv_pool_allocator=types.SimpleNamespace(free=lambda x: freed.extend(x.tolist())),
+        req_pool_indices=torch.tensor([0, 1]),
+        req_to_token_pool=types.SimpleNamespace(req_to_token=req_to_token),
+        seq_lens=seq_lens.clone(),
+        seq_lens_cpu=seq_lens.clone(),
+        seq_lens_sum=int(seq_lens.sum()),
+        device="cpu",
+    )
+    spec = ddtree_info.DDTreeVerifyInput(
+        draft_token=verify_input_ids(tree, torch.tensor([5, 5])).reshape(-1),
+        positions=torch.zeros(bs * size, dtype=torch.long),
+        draft_token_num=size,
+        tree=tree,
+    )
+    logits_output = types.SimpleNamespace(next_token_logits=logits, hidden_states=hidden)
+    bonus, commit_lens, next_hidden, correct = spec.verify(
+        batch=batch, logits_output=logits_output, page_size=1
+    )
+    return {
+        "tree_tokens": tok.tolist(),
+        "rows": {"r3": r3, "r6": r6, "r4": r4},
+        "output_ids": [r.output_ids for r in reqs],
+        "bonus": bonus.tolist(),
+        "commit_lens": commit_lens.tolist(),
+        "correct": correct,
+        "next_hidden_rows": next_hidden[:, 0].tolist(),
+        "kept_slots": batch.out_cache_loc.tolist(),
+        "freed": sorted(freed),
+        "req_to_token_0": req_to_token[0, 4:8].tolist(),
+        "req_to_token_1": req_to_token[1, 6:8].tolist(),
+        "seq_lens": batch.seq_lens.tolist(),
+        "seq_lens_sum": batch.seq_lens_sum,
+        "kv_committed": [r.kv_committed_len for r in reqs],
+    }
+
+
+def _topk_facts() -> dict:
+    """The worker's vocab-parallel top-k (TP 1) against log_softmax + topk on the full logits."""
+    import torch
+    from sglang.srt.speculative.ddtree_worker import DDTreeWorker
+
+    torch.manual_seed(0)
+    hidden, vocab, rows = 8, 40, 6
+    weight = torch.randn(vocab, hidden)
+    hs = torch.randn(rows, hidden)
+    shard = types.SimpleNamespace(
+        num_org_elements=vocab,
+        num_org_elements_padded=vocab,
+        num_added_elements=0,
+        org_vocab_start_index=0,
+        added_vocab_start_index=vocab,
+    )
+    worker = DDTreeWorker.__new__(DDTreeWorker)
+    worker.ddtree_topk, worker.ddtree_budget = 3, 8
+    worker.model_runner = types.SimpleNamespace(model_config=types.SimpleNamespace(vocab_size=vocab))
+    vals, ids = worker._draft_topk_from_vocab_parallel_head(
+        hidden_states=hs, lm_head=types.SimpleNamespace(weight=weight, shard_indices=shard), chunk_size=4
+    )
+    ref_vals, ref_ids = torch.topk(torch.log_softmax(hs @ weight.T, dim=-1), 3, dim=-1)
+    return {
+        "ids_equal": bool(torch.equal(ids, ref_ids)),
+        "max_abs_err": float((vals - ref_vals).abs().max()),
+    }
+
+
+def main() -> None:
+    target, drafter = sys.argv[1], sys.argv[2]
+    base = [
+        "--model-path",
+        target,
+        "--skip-tokenizer-init",
+        "--device",
+        "cpu",
+        "--speculative-algorithm",
+        "DDTREE",
+        "--speculative-draft-model-path",
+        drafter,
+        "--attention-backend",
+        "triton",
+    ]
+    facts: dict = {}
+    cases = {
+        "defaults": [],
+        "explicit": ["--speculative-ddtree-budget", "2", "--speculative-ddtree-topk", "3"],
+        "block4": ["--speculative-num-draft-tokens", "4", "--speculative-ddtree-budget", "2"],
+        "window": ["--speculative-draft-window-size", "64"],
+        "window_too_small": ["--speculative-draft-window-size", "4"],
+        "budget0": ["--speculative-ddtree-budget", "0"],
+        "topk0": ["--speculative-ddtree-topk", "0"],
+        "budget_too_big": ["--speculative-ddtree-budget", "64"],
+        "budget_not_int": ["--speculative-ddtree-budget", "eight"],
+        "pp2": ["--pp-size", "2"],
+        "page16": ["--page-size", "16"],
+        "flashinfer": ["--attention-backend", "flashinfer"],
+        "lowercase": ["--speculative-algorithm", "ddtree"],
+    }
+    for name, extra in cases.items():
+        facts[f"args_{name}"] = _args_case(base, extra)
+    facts["args_no_drafter"] = _args_case(base[:7] + base[9:], [])
+    try:
+        from sglang.srt.speculative.ddtree_info import DDTreeVerifyInput
+        from sglang.srt.speculative.ddtree_worker import DDTreeWorker
+        from sglang.srt.speculative.dflash_info import DFlashVerifyInput
+        from sglang.srt.speculative.dflash_worker import DFlashWorker
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+        algo = SpeculativeAlgorithm.from_string("DDTREE")
+        facts["algo"] = {
+            "type": type(algo).__name__,
+            "is_dflash": algo.is_dflash(),
+            "is_ddtree": algo.is_ddtree(),
+            "target_verify_for_draft": algo.supports_target_verify_for_draft(),
+            "spec_v2": algo.supports_spec_v2(),
+            "worker": algo.create_worker(types.SimpleNamespace(disable_overlap_schedule=True)).__name__,
+            "worker_is_dflash": issubclass(DDTreeWorker, DFlashWorker),
+            "verify_is_dflash": issubclass(DDTreeVerifyInput, DFlashVerifyInput),
+        }
+        args = _server_args([*base, "--speculative-ddtree-budget", "6"])
+        _init_single_process_groups(args)
+        facts["cuda_graph"] = _cuda_graph_facts(args)
+        facts["verify"] = _verify_facts()
+        facts["topk"] = _topk_facts()
+    except Exception:
+        facts["probe_error"] = traceback.format_exc()
+    print("DDTREE-PROBE " + json.dumps(facts))
+
+
+if __name__ == "__main__":
+    main()

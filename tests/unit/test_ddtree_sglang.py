@@ -1,0 +1,290 @@
+"""DDTREE in the real, patched sglang 0.5.13.post1 on CPU: flags, validation, imports, CUDA-graph sizing.
+
+The environment is the pinned sglang wheel (PyPI, hash-checked) with the project's whole patch series applied
+by the real patch engine, plus the import-time dependencies in requirements/sglang-cpu-test.txt, all under
+.cache/sglang-cpu/ (built once: about 2 minutes on a fresh machine, then reused; the patched copy is rebuilt
+whenever the series changes). torch is .venv's CPU build. One probe process (ddtree_sglang_probe.py)
+imports SGLang once and reports every fact as JSON.
+
+Stand-ins, where the real part cannot run without a GPU (each named in the probe):
+- torchvision is a stub package (PyPI's wheels link the CUDA torch libraries; sglang only imports names);
+- CudaGraphRunner gets a model-runner stub carrying the real ServerArgs and the real DDTREE spec object, and
+  an attention backend that stops the constructor where it sizes its buffers (no GPU allocation);
+- verify() runs on a batch stub with a torch version of the Triton req_to_token kernel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ddtree.fsutil import sha256_bytes
+from ddtree_build.paths import CACHE_DIR, PATCHES_DIR, REPO_ROOT
+
+REQUIREMENTS = REPO_ROOT / "requirements" / "sglang-cpu-test.txt"
+PROBE = Path(__file__).with_name("ddtree_sglang_probe.py")
+ENV_ROOT = CACHE_DIR / "sglang-cpu"
+TORCHVISION_STUB = '''"""CPU test stub of torchvision (see tests/unit/test_ddtree_sglang.py).
+
+PyPI's torchvision wheels link the CUDA torch libraries; sglang and transformers only touch torchvision names
+at import time, so every torchvision.* module here is a placeholder whose names are inert placeholders.
+"""
+
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+
+__version__ = "0.0.0+cpustub"
+
+
+class _PlaceholderMeta(type):
+    def __getattr__(cls, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return f"{cls.__name__}.{name}"
+
+
+class _Placeholder(metaclass=_PlaceholderMeta):
+    def __init__(self, *args, **kwargs):
+        raise RuntimeError("torchvision is a stub in the CPU test environment")
+
+
+def _module_getattr(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return type(name, (_Placeholder,), {})
+
+
+class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.startswith("torchvision."):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        module = types.ModuleType(spec.name)
+        module.__path__ = []
+        module.__getattr__ = _module_getattr
+        return module
+
+    def exec_module(self, module):
+        return None
+
+
+sys.meta_path.insert(0, _StubFinder())
+__getattr__ = _module_getattr
+'''
+TINY_TARGET = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": 512,
+    "max_position_embeddings": 2048,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "hidden_act": "silu",
+}
+
+
+def _series_digest() -> str:
+    parts = [(PATCHES_DIR / "series.yaml").read_bytes()]
+    parts += [p.read_bytes() for p in sorted(PATCHES_DIR.glob("*.diff"))]
+    return sha256_bytes(b"\0".join(parts))[:16]
+
+
+def _build_deps(folder: Path) -> None:
+    """pip --no-deps --require-hashes into a scratch folder, then rename: a broken install is never reused."""
+    scratch = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(scratch, ignore_errors=True)
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--require-hashes", "--no-compile",
+            "--disable-pip-version-check", "--target", str(scratch), "-r", str(REQUIREMENTS),
+        ],
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    if done.returncode != 0:
+        pytest.fail(f"installing {REQUIREMENTS.name} failed:\n{done.stderr[-3000:]}")
+    (scratch / "torchvision").mkdir()
+    (scratch / "torchvision" / "__init__.py").write_text(TORCHVISION_STUB)
+    os.replace(scratch, folder)
+
+
+def _build_patched(deps: Path, folder: Path) -> None:
+    """A copy of the pristine sglang from `deps` with the project's series applied by the patch engine."""
+    scratch = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    shutil.copytree(deps / "sglang", scratch / "sglang")
+    for info in deps.glob("sglang-*.dist-info"):
+        shutil.copytree(info, scratch / info.name)
+    done = subprocess.run(
+        [sys.executable, "-m", "ddtree.patchset", "apply", "--root", str(scratch), "--series",
+         str(PATCHES_DIR / "series.yaml")],
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    if done.returncode != 0:
+        pytest.fail(f"applying the patch series to the CPU sglang failed:\n{done.stdout}\n{done.stderr}")
+    for old in folder.parent.glob("patched-*"):
+        if old not in (folder, scratch):
+            shutil.rmtree(old, ignore_errors=True)
+    os.replace(scratch, folder)
+
+
+@pytest.fixture(scope="module")
+def sglang_cpu_path() -> str:
+    """PYTHONPATH of the patched CPU sglang environment (built on first use, cached under .cache/)."""
+    deps = ENV_ROOT / f"deps-{sha256_bytes(REQUIREMENTS.read_bytes())[:16]}"
+    if not deps.is_dir():
+        ENV_ROOT.mkdir(parents=True, exist_ok=True)
+        _build_deps(deps)
+    patched = ENV_ROOT / f"patched-{_series_digest()}"
+    if not patched.is_dir():
+        _build_patched(deps, patched)
+    return os.pathsep.join([str(patched), str(deps)])
+
+
+@pytest.fixture(scope="module")
+def facts(sglang_cpu_path: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    models = tmp_path_factory.mktemp("tiny-models")
+    (models / "target").mkdir()
+    (models / "drafter").mkdir()
+    (models / "target" / "config.json").write_text(json.dumps(TINY_TARGET))
+    drafter = {
+        **TINY_TARGET,
+        "architectures": ["DFlashDraftModel"],
+        "num_hidden_layers": 2,
+        "block_size": 8,
+        "dflash_config": {
+            "block_size": 8,
+            "target_layer_ids": [1, 4],
+            "mask_token_id": 511,
+            "num_target_layers": 6,
+        },
+    }
+    (models / "drafter" / "config.json").write_text(json.dumps(drafter))
+    env = {**os.environ, "PYTHONPATH": sglang_cpu_path, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, str(PROBE), str(models / "target"), str(models / "drafter")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("DDTREE-PROBE ")]
+    assert lines, f"probe printed no result (rc {done.returncode}):\n{done.stderr[-4000:]}"
+    result = json.loads(lines[-1].removeprefix("DDTREE-PROBE "))
+    assert "probe_error" not in result, result["probe_error"]
+    return result
+
+
+def test_ddtree_flags_default_to_budget_8_topk_4_and_verify_budget_plus_one(facts: dict) -> None:
+    a = facts["args_defaults"]
+    assert (a["algorithm"], a["budget"], a["topk"]) == ("DDTREE", 8, 4)
+    assert a["num_draft_tokens"] == 9, "the target verifies budget + 1 tokens per request"
+    assert a["block_size"] == 8, "the DFlash block size, read from the drafter config, keeps its own field"
+    assert a["page_size"] == 1 and a["attention_backend"] == "triton"
+    assert a["overlap_disabled"] is True and a["eagle_topk"] == 1
+    assert a["max_spec_tokens"] == 9
+    assert facts["args_lowercase"]["algorithm"] == "DDTREE"
+
+
+def test_explicit_flags_and_block_size_larger_than_the_verify_count(facts: dict) -> None:
+    e = facts["args_explicit"]
+    assert (e["budget"], e["topk"], e["num_draft_tokens"], e["block_size"]) == (2, 3, 3, 8)
+    assert e["max_spec_tokens"] == 8, "req_to_token headroom must cover the drafter's B slots too"
+    b = facts["args_block4"]
+    assert (b["num_draft_tokens"], b["block_size"], b["max_spec_tokens"]) == (3, 4, 4)
+    w = facts["args_window"]
+    assert (w["window"], w["block_size"], w["num_draft_tokens"]) == (64, 8, 9)
+
+
+@pytest.mark.parametrize(
+    ("case", "needle"),
+    [
+        ("budget0", "--speculative-ddtree-budget must be an integer >= 1, got 0"),
+        ("topk0", "--speculative-ddtree-topk must be an integer >= 1, got 0"),
+        ("budget_too_big", "gives 65 verify tokens per request"),
+        ("pp2", "pipeline parallelism is not supported (got --pp-size 2)"),
+        ("page16", "--page-size 16 is not supported"),
+        ("flashinfer", "resolves to 'flashinfer'"),
+        ("window_too_small", "--speculative-draft-window-size must be >="),
+    ],
+)
+def test_bad_values_are_rejected_with_a_clear_message(facts: dict, case: str, needle: str) -> None:
+    got = facts[f"args_{case}"]
+    assert got.get("error") == "ValueError", got
+    assert needle in got["message"], got["message"]
+
+
+def test_non_integer_budget_is_an_argparse_error(facts: dict) -> None:
+    got = facts["args_budget_not_int"]
+    assert got["error"] == "SystemExit" and got["code"] == 2
+    assert "--speculative-ddtree-budget: invalid int value" in got["message"][0]
+
+
+def test_algorithm_registered_as_a_dflash_variant_with_its_worker(facts: dict) -> None:
+    assert facts["algo"] == {
+        "type": "DDTreeSpecAlgo",
+        "is_dflash": True,
+        "is_ddtree": True,
+        "target_verify_for_draft": True,
+        "spec_v2": False,
+        "worker": "DDTreeWorker",
+        "worker_is_dflash": True,
+        "verify_is_dflash": True,
+    }
+
+
+def test_cuda_graph_runner_captures_budget_plus_one_for_the_target_and_b_for_the_drafter(facts: dict) -> None:
+    cg = facts["cuda_graph"]  # server args with --speculative-ddtree-budget 6, drafter block size 8
+    assert cg["target"]["per_request"] == 7
+    assert cg["target"]["max_num_token"] == cg["target"]["max_bs"] * 7
+    assert cg["drafter"]["per_request"] == 8
+    for backend in ("triton", "flashinfer"):
+        capture = cg[f"capture_{backend}"]
+        assert capture["draft_token_num"] == 7
+        assert capture["mask_bound"] is True, f"tree mask not bound at capture with a {backend}-named backend"
+
+
+def test_verify_keeps_only_the_accepted_chain(facts: dict) -> None:
+    v = facts["verify"]
+    rows = v["rows"]
+    # request 0: accepts 3 -> 6, bonus 11; request 1 accepts 4 then finishes (max_new 1)
+    assert v["output_ids"] == [[3, 6, 11], [4]]
+    assert v["commit_lens"] == [3, 1] and v["correct"] == [2, 0]
+    assert v["bonus"] == [11, 4]
+    size = 6
+    assert v["kept_slots"] == [100, 100 + rows["r3"], 100 + rows["r6"], 100 + size]
+    assert v["next_hidden_rows"] == [0.0, float(rows["r3"]), float(rows["r6"]), float(size)]
+    assert sorted(v["freed"] + v["kept_slots"]) == list(range(100, 100 + 2 * size))
+    assert v["req_to_token_0"][:3] == v["kept_slots"][:3]
+    assert v["req_to_token_1"][0] == v["kept_slots"][3]
+    assert v["seq_lens"] == [7, 7] and v["seq_lens_sum"] == 14 and v["kv_committed"] == [3, 1]
+
+
+def test_vocab_parallel_topk_matches_full_log_softmax(facts: dict) -> None:
+    assert facts["topk"]["ids_equal"] is True
+    assert facts["topk"]["max_abs_err"] < 1e-4
+
+
+def test_drafter_path_is_required(facts: dict) -> None:
+    got = facts["args_no_drafter"]
+    assert got.get("error") == "ValueError" and "--speculative-draft-model-path" in got["message"], got
