@@ -79,6 +79,14 @@ def commit_facts() -> tuple[str, str, int]:
     return sha + suffix, sha[:12] + suffix, epoch
 
 
+def tag_suffix(revision: str) -> str:
+    """The per-commit tag part for a VCS_REF: 12 hex digits, "-dirty" kept (one read of git per build)."""
+    if revision == "unknown":
+        return "nogit"
+    sha = revision.removesuffix("-dirty")
+    return sha[:12] + revision[len(sha) :]
+
+
 def rfc3339(epoch: int) -> str:
     return dt.datetime.fromtimestamp(epoch, tz=dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -232,8 +240,7 @@ def build(
         if not (folder / lock_file).is_file():
             raise UserError(f"{lock_file} is missing; run `make lock` (ddtree-build lock) first")
         build_args = build_args_for(ctx, lock_file, pip_check if pip_check is not None else lock is None)
-        _, short, _ = commit_facts()
-        tags = [f"{name}:{target}", f"{name}:{target}-{short}", *extra_tags]
+        tags = [f"{name}:{target}", f"{name}:{target}-{tag_suffix(build_args['VCS_REF'])}", *extra_tags]
         iid_file = folder / "image-id"
         extra = ["--iidfile", str(iid_file), *(["--no-cache"] if no_cache else [])]
         for extra_tag in tags[1:]:

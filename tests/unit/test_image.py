@@ -84,3 +84,9 @@ def test_summary_lists_tags_digest_size_and_our_labels() -> None:
     text = image.summary(result)
     assert "ddtree:pro6000-abc" in text and "sha256:111" in text and "10.70 GB" in text
     assert "io.ddtree.target=pro6000" in text and "org.ddtree.base.suite" not in text
+
+
+def test_tag_suffix_follows_the_revision_label() -> None:
+    assert image.tag_suffix("a" * 40) == "a" * 12
+    assert image.tag_suffix("b" * 40 + "-dirty") == "b" * 12 + "-dirty"
+    assert image.tag_suffix("unknown") == "nogit"
