@@ -273,6 +273,10 @@ def _cmd_selfcheck(args: argparse.Namespace) -> int:
         from ddtree import live
 
         return live.selfcheck_live(args)
+    if args.smoke:
+        from ddtree import smoke
+
+        return smoke.selfcheck_smoke(args)
     ctx = Context(
         offline=args.offline,
         options={"full_hash": args.full_hash, "weights_manifest": args.weights_manifest},
@@ -294,6 +298,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--offline", action="store_true", help="skip checks that need the network")
     mode.add_argument("--live", metavar="URL", help="judge a running server: REPRODUCED, DEGRADED or FAILED")
+    mode.add_argument("--smoke", action="store_true", help="serve tiny models on this GPU: DDTree == greedy")
     parser.add_argument("--full-hash", action="store_true", help="sha256 every weight shard (reads all)")
     parser.add_argument("--weights-manifest", metavar="FILE", help="`sha256  path` lines for --full-hash")
     parser.add_argument("--tolerance", type=float, default=0.10, help="--live: relative tolerance (0.10)")

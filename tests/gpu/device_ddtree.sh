@@ -1,0 +1,32 @@
+#!/bin/bash
+# DDTree on the GPU device, from a checkout (repo root), after the pinned wheels are installed into /tmp/site
+# (/work/shared/device/README.md steps 1-3: sglang-wheels.sh, parts, install.sh):
+#   1. apply the project's patch series to /tmp/site with the in-image patch engine, and verify it;
+#   2. tests/gpu/test_ddtree_triton_mask.py: Triton tree-mask verify attention vs torch, eager and graphed;
+#   3. `ddtree selfcheck --smoke`: tiny target + drafter served three times (baseline, DFLASH, DDTREE with the
+#      pro6000 profile's block size, budget, top-k and window), greedy equality, acceptance, temperature test.
+# usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|all]
+set -u
+export PYTHONPATH=$PWD/entrypoint:/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}
+what=${1:-all}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader
+python3 -m ddtree.patchset apply --root /tmp/site --series patches/series.yaml || exit 1
+python3 -m ddtree.patchset verify --root /tmp/site --series patches/series.yaml || exit 1
+rc=0
+if [ "$what" = all ] || [ "$what" = pytest ]; then
+  t=$SECONDS
+  python3 -m pytest -q -p no:cacheprovider tests/gpu/test_ddtree_triton_mask.py 2>&1 | tail -15
+  rc=$((rc | PIPESTATUS[0]))
+  echo "triton mask tests: $((SECONDS - t)) s"
+fi
+if [ "$what" = all ] || [ "$what" = smoke ]; then
+  t=$SECONDS
+  DDTREE_TARGET=${DDTREE_TARGET:-pro6000} DDTREE_SMOKE_LOGS=$OUT python3 -m ddtree.cli selfcheck --smoke --json
+  src=$?
+  rc=$((rc | src))
+  echo "smoke: exit $src after $((SECONDS - t)) s"
+  grep -hE "Traceback|Error|DDTREE|DFLASH draft runner|Capture cuda graph" "$OUT"/server-*.log 2>/dev/null | sort | uniq -c | head -20
+fi
+exit $rc
