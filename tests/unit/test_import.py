@@ -1,8 +1,9 @@
 """import: manifest first, then freeze/diffs/unit/results conversion; capture -> import round-trips.
 
-Real parts: the committed fixture package (tests/fixtures/repro_package, made against the real pristine
-sglang 0.5.13.post1 wheel), the patch engine (`ddtree-build patches check` on the imported series), a real
-venv for the round trip. Output goes to tmp folders: the checkout's env/ and patches/ are never written.
+Real parts: a reproduction package generated per session from the real pristine sglang 0.5.13.post1
+wheel (tests/fixtures/make_repro_package.py; nothing of SGLang is committed), the patch engine
+(`ddtree-build patches check` on the imported series), a real venv for the round trip. Output goes to
+tmp folders: the checkout's env/ and patches/ are never written.
 """
 
 from __future__ import annotations
@@ -22,9 +23,14 @@ from ddtree_build import capture, import_package
 from ddtree_build.import_package import map_exec_start, read_unit, run_import
 from ddtree_build.package_manifest import write_manifest
 
+from tests.fixtures.make_repro_package import write_package
 from tests.unit.test_capture import ADDED, EDITED, served_venv  # noqa: F401 (a pytest fixture)
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "repro_package"
+
+@pytest.fixture(scope="session")
+def repro_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The hand-made-style package, generated once from the cached pristine wheel; tests only read it."""
+    return write_package(tmp_path_factory.mktemp("fixture") / "repro_package")
 
 
 @pytest.fixture
@@ -33,18 +39,18 @@ def targets_dir(repo_root: Path) -> Path:
 
 
 @pytest.fixture
-def package(tmp_path: Path) -> Path:
+def package(repro_package: Path, tmp_path: Path) -> Path:
     """A private copy of the fixture package, free to tamper with."""
-    return Path(shutil.copytree(FIXTURE, tmp_path / "pkg"))
+    return Path(shutil.copytree(repro_package, tmp_path / "pkg"))
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "ddtree_build.cli", *args], capture_output=True, text=True)
 
 
-def test_fixture_imports_into_a_new_folder(tmp_path: Path, repo_root: Path) -> None:
+def test_fixture_imports_into_a_new_folder(repro_package: Path, tmp_path: Path, repo_root: Path) -> None:
     out = tmp_path / "out"
-    done = _cli("import", str(FIXTURE), "--out", str(out))
+    done = _cli("import", str(repro_package), "--out", str(out))
     assert done.returncode == 0, done.stderr
     assert (
         "kept verbatim (unknown to the profile schema): --served-model-name Kimi K2.6 DDTree" in done.stdout
@@ -101,24 +107,24 @@ def test_fixture_imports_into_a_new_folder(tmp_path: Path, repo_root: Path) -> N
     ],
 )
 def test_tampered_manifest_is_rejected_with_the_file_named(
-    package: Path, tmp_path: Path, tamper, message
+    package: Path, tmp_path: Path, targets_dir: Path, tamper, message
 ) -> None:
     tamper(package)
     with pytest.raises(UserError, match=message):
-        run_import(package, tmp_path / "out", False, None, FIXTURE)
+        run_import(package, tmp_path / "out", False, None, targets_dir)
     assert not (tmp_path / "out").exists()
 
 
-def test_output_folder_rules(tmp_path: Path, targets_dir: Path) -> None:
+def test_output_folder_rules(repro_package: Path, tmp_path: Path, targets_dir: Path) -> None:
     with pytest.raises(UserError, match=r"give --out DIR .*or --force"):
-        run_import(FIXTURE, None, False, None, targets_dir)
+        run_import(repro_package, None, False, None, targets_dir)
     busy = tmp_path / "busy"
     (busy / "patches").mkdir(parents=True)
     (busy / "patches" / "series.yaml").write_text("patches:\n  - {id: old, diff: 0009-old.diff}\n")
     (busy / "patches" / "0009-old.diff").write_text("old")
     with pytest.raises(UserError, match=r"busy: exists and is not empty"):
-        run_import(FIXTURE, busy, False, None, targets_dir)
-    report = run_import(FIXTURE, busy, True, None, targets_dir)
+        run_import(repro_package, busy, False, None, targets_dir)
+    report = run_import(repro_package, busy, True, None, targets_dir)
     assert not (busy / "patches" / "0009-old.diff").exists()
     assert "removed patches/0009-old.diff (not in the imported series)" in report.notes
 
@@ -160,11 +166,16 @@ def test_unit_parsing_rules() -> None:
         read_unit("[Service]\nUser=x\n", "u.service")
 
 
-def test_capture_then_import_round_trips(served_venv, tmp_path: Path, targets_dir: Path) -> None:  # noqa: F811
+def test_capture_then_import_round_trips(
+    served_venv,  # noqa: F811
+    repro_package: Path,
+    tmp_path: Path,
+    targets_dir: Path,
+) -> None:
     python, site = served_venv
     pkg = tmp_path / "captured"
     capture.capture(
-        pkg, python=str(python), services=[str(FIXTURE / "services" / "sglang-ddtree.service")],
+        pkg, python=str(python), services=[str(repro_package / "services" / "sglang-ddtree.service")],
         environ={"NCCL_P2P_DISABLE": "1"},
     )  # fmt: skip
     out = tmp_path / "imported"
