@@ -6,8 +6,9 @@ import argparse
 import importlib
 import sys
 
+from ddtree.errors import run_command
+
 from ddtree_build import __version__
-from ddtree_build.errors import UserError
 
 # Each entry is a module under ddtree_build with a `register(subparsers)` function.
 # Adding a command = adding its module name here.
@@ -34,15 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except UserError as exc:
-        print(f"ddtree-build: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("ddtree-build: interrupted", file=sys.stderr)
-        return 130
+    return run_command("ddtree-build", build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

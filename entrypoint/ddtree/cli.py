@@ -7,7 +7,7 @@ import importlib
 import sys
 
 from ddtree import __version__
-from ddtree.errors import UserError
+from ddtree.errors import run_command
 
 # Each entry is a module under ddtree with a `register(subparsers)` function.
 COMMAND_MODULES: tuple[str, ...] = ("selfcheck", "serve", "bench_cmd", "weights")
@@ -23,15 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except UserError as exc:
-        print(f"ddtree: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("ddtree: interrupted", file=sys.stderr)
-        return 130
+    return run_command("ddtree", build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # argparse only for the annotation: importing errors stays free
+    import argparse
+
 
 class UserError(Exception):
     """A bad input or environment. The message names the file or value and what to do."""
@@ -9,3 +15,16 @@ class UserError(Exception):
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def run_command(prog: str, args: argparse.Namespace) -> int:
+    """Run the parsed subcommand's `func` the way every CLI here does: a UserError is one line on stderr
+    and its exit code, Ctrl-C is one line and 130, anything else is a bug and keeps its traceback."""
+    try:
+        return int(args.func(args) or 0)
+    except UserError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from ddtree.errors import UserError
+from ddtree.errors import UserError, run_command
 from ddtree.patchset.verify import verify as verify_tree
 
 
@@ -59,12 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except UserError as exc:
-        print(f"ddtree.patchset: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    return run_command("ddtree.patchset", build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":
