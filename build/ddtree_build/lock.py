@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from ddtree.errors import UserError
 from ddtree.fsutil import atomic_write, sha256_file
 from ddtree.lockfile import Pin, parse_pins
+from ddtree.yamlfile import load_yaml
 from packaging.utils import canonicalize_name
 
 from ddtree_build import paths, resolver
@@ -77,12 +77,7 @@ def _require_str(where: str, data: dict[str, Any], key: str) -> str:
 def load_profiles(env_dir: Path) -> dict[str, Profile]:
     """Read and schema-check env/locks.yaml."""
     path = Path(env_dir) / PROFILES_NAME
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise UserError(f"{path}: not found; it lists the lock profiles") from exc
-    except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from exc
+    data = load_yaml(path, missing="not found; it lists the lock profiles")
     if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict) or not data["profiles"]:
         raise UserError(f"{path}: expected a mapping 'profiles:' with one entry per lock")
     profiles = {}

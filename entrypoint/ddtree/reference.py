@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ddtree.errors import UserError
+from ddtree.yamlfile import load_yaml
 
 SCHEMA_VERSION = 1
 _RANGE_KEYS = ("output_tokens_per_s", "aggregate_output_tokens_per_s", "acceptance_length")
@@ -119,10 +118,4 @@ def validate_reference(data: Any, source: Path | str) -> Reference:
 
 def load_reference(path: Path) -> Reference:
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise UserError(f"{path}: not found") from exc
-    except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from exc
-    return validate_reference(data, path)
+    return validate_reference(load_yaml(path), path)

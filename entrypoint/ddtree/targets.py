@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-import yaml
-
 from ddtree.errors import UserError
+from ddtree.yamlfile import load_yaml
 
 SCHEMA_VERSION = 1
 ServerArgValue = Union[str, int, float, bool, list, None]  # noqa: UP007 (runtime alias, py3.10)
@@ -123,13 +122,7 @@ def load_target(name_or_path: str | Path, targets_dir: Path | None = None) -> Ta
         if not path.is_file():
             known = sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
             raise UserError(f"unknown target {text_name!r} (no {path}); known: {', '.join(known) or 'none'}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise UserError(f"{path}: not found") from exc
-    except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from exc
-    return validate_target(data, path)
+    return validate_target(load_yaml(path), path)
 
 
 def _fail(source: Path | str, key: str, message: str) -> UserError:
