@@ -288,19 +288,13 @@ def recompute_hashes(series: Series, read) -> tuple[list[str], list[str]]:
     lines above them) is rebased: its diff is rewritten with the new line numbers, same change, same
     context. One whose context changed keeps its old hashes and is reported. Returns (problems, rebased).
     """
-    contents: dict[str, bytes | None] = {}
-    broken: set[str] = set()
+    chain = engine.FileChain(read)
     problems: list[str] = []
     rebased: list[str] = []
     for patch in series.patches:
         pairs: dict[str, tuple[bytes | None, bytes]] = {}
         moved = False
-        for fp in patch.file_patches:
-            if fp.path in broken:
-                continue
-            if fp.path not in contents:
-                contents[fp.path] = read(fp.path)
-            old = contents[fp.path]
+        for fp, old in chain.files(patch):
             origin = str(series.folder / patch.diff)
             try:
                 new = udiff.apply_file(old, fp, origin)
@@ -313,12 +307,12 @@ def recompute_hashes(series: Series, read) -> tuple[list[str], list[str]]:
                         f"patch {patch.id} no longer applies ({exc}); run `ddtree-build patches edit "
                         f"{patch.id} --force`, redo its change, and refresh it"
                     )
-                    broken.add(fp.path)
+                    chain.drop(fp.path)
                     continue
             spec = patch.spec(fp.path)
             spec.pre = NEW if old is None else sha256_bytes(old)
             spec.post = sha256_bytes(new)
-            contents[fp.path] = new
+            chain.contents[fp.path] = new
             pairs[fp.path] = (old, new)
         if moved and len(pairs) == len(patch.file_patches):
             patch.diff_bytes = b"".join(udiff.make_file_diff(rel, *pairs[rel]) for rel in sorted(pairs))

@@ -18,7 +18,7 @@ import os
 import py_compile
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib.util import cache_from_source
 from pathlib import Path
@@ -49,6 +49,28 @@ class ApplyResult:
         return f"{self.status}: {what} in {self.root} ({version}) in {self.seconds:.2f} s{note}"
 
 
+class FileChain:
+    """Each touched file's contents while a series' patches are applied in order (read once, on first use).
+    A file whose patch failed is dropped: its later patches are skipped, so one failure gives one message."""
+
+    def __init__(self, read: Callable[[str], bytes | None]) -> None:
+        self.read = read
+        self.contents: Contents = {}
+        self.broken: set[str] = set()
+
+    def files(self, patch: Patch) -> Iterator[tuple[udiff.FilePatch, bytes | None]]:
+        """(file patch, that file's contents before it) for each file of `patch` not dropped yet."""
+        for fp in patch.file_patches:
+            if fp.path in self.broken:
+                continue
+            if fp.path not in self.contents:
+                self.contents[fp.path] = self.read(fp.path)
+            yield fp, self.contents[fp.path]
+
+    def drop(self, path: str) -> None:
+        self.broken.add(path)
+
+
 def simulate(
     series: Series,
     read: Callable[[str], bytes | None],
@@ -64,20 +86,14 @@ def simulate(
     After a failure in a file, later patches of it are skipped.
     """
     patches = series.patches if patches is None else patches
-    contents: Contents = {}
-    broken: set[str] = set()
+    chain = FileChain(read)
     sigs_so_far: dict[str, list[str]] = {}
     posts: dict[str, Contents] = {}
     problems: list[str] = []
     for patch in patches:
         origin = str(series.folder / patch.diff)
         posts[patch.id] = {}
-        for fp in patch.file_patches:
-            if fp.path in broken:
-                continue
-            if fp.path not in contents:
-                contents[fp.path] = read(fp.path)
-            old = contents[fp.path]
+        for fp, old in chain.files(patch):
             spec = patch.spec(fp.path)
             if check_hashes:
                 actual = "new" if old is None else sha256_bytes(old)
@@ -86,13 +102,13 @@ def simulate(
                         f"patch {patch.id}: {fp.path} before it has sha256 {actual}, "
                         f"series.yaml says {spec.pre}"
                     )
-                    broken.add(fp.path)
+                    chain.drop(fp.path)
                     continue
             try:
                 new = udiff.apply_file(old, fp, origin)
             except udiff.HunkError as exc:
                 problems.append(f"patch {patch.id}: {exc}")
-                broken.add(fp.path)
+                chain.drop(fp.path)
                 continue
             if check_hashes and sha256_bytes(new) != spec.post:
                 problems.append(
@@ -105,9 +121,9 @@ def simulate(
             wanted.extend(sig for sig in spec.signatures if sig not in wanted)
             if check_code:
                 problems.extend(f"patch {patch.id}: {p}" for p in signatures.check_file(fp.path, new, wanted))
-            contents[fp.path] = new
+            chain.contents[fp.path] = new
             posts[patch.id][fp.path] = new
-    return contents, posts, problems
+    return chain.contents, posts, problems
 
 
 def _expected_lines(series: Series, path: str) -> list[bytes]:
