@@ -22,6 +22,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+def send_body(handler: BaseHTTPRequestHandler, status: int, content_type: str, body: bytes) -> None:
+    """One whole response with a Content-Length (the stand-in servers' non-streaming answers)."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 @dataclass
 class DoubleConfig:
     ttft_s: float = 0.05
@@ -46,20 +55,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- helpers -------------------------------------------------------------------------
     def _json(self, payload: Any, status: int = 200) -> None:
-        body = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_body(self, status, "application/json", json.dumps(payload).encode())
 
     def _text(self, text: str) -> None:
-        body = text.encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_body(self, 200, "text/plain", text.encode())
 
     def _sse(self, events: Iterator[Any]) -> None:
         self.send_response(200)

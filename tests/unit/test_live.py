@@ -24,6 +24,8 @@ import pytest
 from ddtree import live
 from ddtree.errors import UserError
 
+from tests.unit.bench_double import send_body
+
 REPO = Path(__file__).resolve().parents[2]
 GOOD_INFO = {
     "version": "0.5.13.post1",
@@ -59,12 +61,7 @@ class FakeSGLang(BaseHTTPRequestHandler):
         pass
 
     def _json(self, status: int, payload: Any) -> None:
-        body = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_body(self, status, "application/json", json.dumps(payload).encode())
 
     def do_GET(self) -> None:
         b = self.behaviour
