@@ -224,15 +224,19 @@ def _needs_plan(ctx: Context, name: str) -> serve.Launch | CheckResult:
     return launch
 
 
-def _not_mounted(launch: serve.Launch, flag: str, default: str) -> CheckResult | None:
-    """A folder that does not exist at all is "not mounted here" (a build-host run), not a broken one.
+def _mounted_plan(ctx: Context, name: str, flag: str, default: str) -> serve.Launch | CheckResult:
+    """The launch plan when `flag`'s folder is there; a skip otherwise (see _needs_plan).
 
+    A folder that does not exist at all is "not mounted here" (a build-host run), not a broken one.
     `ddtree serve` fails on it; the self-check reports what it could look at, and says what it could not.
     An existing but empty or incomplete folder is a failure (see weights.py).
     """
+    launch = _needs_plan(ctx, name)
+    if isinstance(launch, CheckResult):
+        return launch
     folder = Path(launch.value(flag) or default)
     if folder.exists():
-        return None
+        return launch
     return skipped(
         f"{folder} is not mounted here: nothing to check (`ddtree serve` refuses to start without it)"
     )
@@ -281,12 +285,9 @@ def shm_check(ctx: Context) -> CheckResult:
 
 @check("weights")
 def weights_check(ctx: Context) -> CheckResult:
-    launch = _needs_plan(ctx, "weights")
+    launch = _mounted_plan(ctx, "weights", "--model-path", serve.DEFAULT_MODEL_DIR)
     if isinstance(launch, CheckResult):
         return launch
-    absent = _not_mounted(launch, "--model-path", serve.DEFAULT_MODEL_DIR)
-    if absent:
-        return absent
     summary = serve.check_weights(launch)
     return passed(
         f"{summary.path}: {summary.model_type}, {summary.num_hidden_layers} layers, "
@@ -299,12 +300,9 @@ def weights_check(ctx: Context) -> CheckResult:
 
 @check("drafter")
 def drafter_check(ctx: Context) -> CheckResult:
-    launch = _needs_plan(ctx, "drafter")
+    launch = _mounted_plan(ctx, "drafter", "--speculative-draft-model-path", serve.DEFAULT_DRAFTER_DIR)
     if isinstance(launch, CheckResult):
         return launch
-    absent = _not_mounted(launch, "--speculative-draft-model-path", serve.DEFAULT_DRAFTER_DIR)
-    if absent:
-        return absent
     layers = None
     # A broken target is the weights check's finding; the drafter is still checked on its own.
     with contextlib.suppress(UserError):
