@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddtree.errors import UserError
-from ddtree.patchset import udiff
 
 from ddtree_build import pristine
 from ddtree_build.package_manifest import write_manifest
@@ -186,6 +185,8 @@ def diff_against_pristine(
     site_root: Path, wheel: Path
 ) -> tuple[dict[str, bytes], list[str], list[str], list[str]]:
     """({path: unified diff}, changed, added, deleted) of the installed tree versus the pristine wheel."""
+    from ddtree.patchset import udiff  # here, not at the top: every ddtree-build start imports this module
+
     reader = pristine.WheelReader(wheel)
     try:
         names = [n for n in reader.names() if not _SKIP.search(n)]

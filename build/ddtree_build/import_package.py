@@ -28,21 +28,25 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from ddtree.errors import UserError
 from ddtree.fsutil import atomic_write, sha256_bytes, sha256_file
 from ddtree.lockfile import Pin, parse_pins
-from ddtree.patchset import series as series_mod
-from ddtree.patchset import udiff
-from ddtree.patchset.series import FileSpec, Patch, Series
 from ddtree.reference import validate_reference
 from ddtree.targets import validate_target
 
 from ddtree_build import paths, pristine
 from ddtree_build.freeze import render_freeze
 from ddtree_build.package_manifest import check_manifest
+
+if TYPE_CHECKING:
+    from ddtree.patchset import udiff
+    from ddtree.patchset.series import Series
+
+# The patch engine's series and diff modules are imported where they are used: every `ddtree-build` start
+# (--help, --version) imports this module to register `import`.
 
 DISTRIBUTION = "sglang"
 # SGLang flags the target schema knows, with their value type. Aliases map to the canonical name.
@@ -360,6 +364,9 @@ def _signatures(file_patch: udiff.FilePatch) -> list[str]:
 
 def import_patches(pkg: Path, version: str, series_path: Path) -> tuple[Series, dict[str, bytes], list[str]]:
     """(series with hashes, {diff name: bytes}, notes); patches/full/ is checked against the result."""
+    from ddtree.patchset import udiff
+    from ddtree.patchset.series import FileSpec, Patch, Series
+
     diffs = sorted((pkg / "patches" / "diffs").glob("*.diff")) + sorted(
         (pkg / "patches" / "diffs").glob("*.patch")
     )
@@ -392,6 +399,9 @@ def import_patches(pkg: Path, version: str, series_path: Path) -> tuple[Series, 
 
 def _apply_and_hash(series: Series, read, pkg: Path) -> dict[str, bytes]:
     """Apply the diffs strictly, in order, to the pristine files; fill in pre/post; return final contents."""
+    from ddtree.patchset import udiff
+    from ddtree.patchset.series import NEW
+
     contents: dict[str, bytes | None] = {}
     for patch in series.patches:
         for fp in patch.file_patches:
@@ -403,7 +413,7 @@ def _apply_and_hash(series: Series, read, pkg: Path) -> dict[str, bytes]:
                 )
             new = udiff.apply_file(old, fp, where)
             spec = patch.spec(fp.path)
-            spec.pre = series_mod.NEW if old is None else sha256_bytes(old)
+            spec.pre = NEW if old is None else sha256_bytes(old)
             spec.post = sha256_bytes(new)
             contents[fp.path] = new
     return {path: data for path, data in contents.items() if data is not None}
@@ -437,6 +447,8 @@ def _guess_target(facts: dict[str, Any]) -> str | None:
 
 def build_import(pkg: Path, staging: Path, target: str | None, targets_dir: Path) -> ImportReport:
     """Write the converted package into `staging` (env/ and patches/ below it)."""
+    from ddtree.patchset import series as series_mod
+
     report = ImportReport()
     pins, freeze_text = import_freeze(pkg)
     versions = {pin.name: pin.version for pin in pins}

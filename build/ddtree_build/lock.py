@@ -19,7 +19,6 @@ from ddtree.errors import UserError
 from ddtree.fsutil import atomic_write, sha256_file
 from ddtree.lockfile import Pin, parse_pins
 from ddtree.yamlfile import load_yaml
-from packaging.utils import canonicalize_name
 
 from ddtree_build import paths, resolver
 from ddtree_build.freeze import FREEZE_NAME, read_freeze, read_header
@@ -76,6 +75,8 @@ def _require_str(where: str, data: dict[str, Any], key: str) -> str:
 
 def load_profiles(env_dir: Path) -> dict[str, Profile]:
     """Read and schema-check env/locks.yaml."""
+    from packaging.utils import canonicalize_name  # here: importing it costs ~40 ms (see ddtree.lockfile)
+
     path = Path(env_dir) / PROFILES_NAME
     data = load_yaml(path, missing="not found; it lists the lock profiles")
     if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict) or not data["profiles"]:

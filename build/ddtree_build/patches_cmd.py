@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ddtree.patchset import engine, series
-from ddtree.patchset.verify import verify
-
-from ddtree_build import patch_workflow
 from ddtree_build.errors import UserError
+
+# The patch engine and workflow are imported by each action, not here: `ddtree-build --help` and every
+# other command load this module to register it, and the engine costs ~70 ms to import.
 
 
 def _series_arg(parser: argparse.ArgumentParser) -> None:
@@ -22,11 +21,17 @@ def _series_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from ddtree_build import patch_workflow
+
     print(patch_workflow.check(args.series, against=args.against).summary())
     return 0
 
 
 def _apply(args: argparse.Namespace) -> int:
+    from ddtree.patchset import engine, series
+
+    from ddtree_build import patch_workflow
+
     loaded = series.load(args.series or patch_workflow.series_path())
     reference = patch_workflow.pristine_reference(loaded)
     print(engine.apply(args.root, loaded, reference=reference).summary())
@@ -34,6 +39,10 @@ def _apply(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    from ddtree.patchset.verify import verify
+
+    from ddtree_build import patch_workflow
+
     result = verify(args.root, args.series or patch_workflow.series_path())
     if not result.ok:
         raise UserError(result.summary())
@@ -42,6 +51,8 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _edit(args: argparse.Namespace) -> int:
+    from ddtree_build import patch_workflow
+
     tree = patch_workflow.edit(args.name, new=args.new, after=args.after, force=args.force)
     what = "the series up to " + (args.after or "its end") if args.new else f"the series up to {args.name}"
     print(f"work tree: {tree} (pristine sglang + {what})")
@@ -50,6 +61,8 @@ def _edit(args: argparse.Namespace) -> int:
 
 
 def _refresh(args: argparse.Namespace) -> int:
+    from ddtree_build import patch_workflow
+
     report = patch_workflow.refresh(
         args.name, purpose=args.purpose, signature_args=args.signatures, new=args.new, after=args.after
     )
@@ -69,6 +82,8 @@ def _refresh(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from ddtree_build import patch_workflow
+
     print("\n".join(patch_workflow.list_patches()))
     return 0
 

@@ -22,14 +22,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from packaging.markers import Marker
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import InvalidSpecifier, Specifier
-from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion
+from typing import TYPE_CHECKING
 
 from ddtree.errors import UserError
+
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
+
+# packaging is imported where it is used: its markers, requirements, specifiers and utils (which pulls in
+# tags, logging and platform) cost ~60 ms, and every `ddtree-build` start (--help, --version) imports this.
 
 # pip's comment rule: '#' at the start of a line or after whitespace (a URL fragment is not a comment).
 _COMMENT = re.compile(r"(^|\s+)#.*$")
@@ -60,7 +61,11 @@ class Pin:
 
     def applies(self, environment: Mapping[str, str] | None = None) -> bool:
         """Whether the marker holds in `environment` (the running interpreter when None)."""
-        return self.marker is None or Marker(self.marker).evaluate(dict(environment) if environment else None)
+        if self.marker is None:
+            return True
+        from packaging.markers import Marker
+
+        return Marker(self.marker).evaluate(dict(environment) if environment else None)
 
 
 def _logical_lines(text: str) -> list[tuple[int, str]]:
@@ -141,6 +146,8 @@ def _parse_line(where: str, line: str) -> tuple[Requirement, tuple[str, ...]]:
         )
     if _looks_like_path(body):
         raise UserError(f"{where}: local path {body!r}; install it from an index and pin ==VERSION")
+    from packaging.requirements import InvalidRequirement, Requirement
+
     try:
         requirement = Requirement(body)
     except InvalidRequirement as exc:
@@ -163,6 +170,8 @@ def _exact_version(where: str, line: str, requirement: Requirement) -> str | Non
 
 def parse_pins(text: str, source: str = "<text>") -> list[Pin]:
     """All pins of a freeze or lock text, names normalized; raises UserError on the first bad line."""
+    from packaging.utils import canonicalize_name
+
     pins: list[Pin] = []
     seen: dict[tuple[str, str | None], Pin] = {}
     for lineno, line in _logical_lines(text):
@@ -234,6 +243,8 @@ def installed_versions() -> dict[str, str]:
     """{normalized name: version} of the distributions the running interpreter sees."""
     from importlib import metadata
 
+    from packaging.utils import canonicalize_name
+
     found: dict[str, str] = {}
     for dist in metadata.distributions():
         name = dist.metadata.get("Name")
@@ -244,6 +255,9 @@ def installed_versions() -> dict[str, str]:
 
 def _same_version(pinned: str, installed: str) -> bool:
     """PEP 440 `==pinned`: 0.5.13-post1 equals 0.5.13.post1, and a local tag (2.11.0+cu130) matches 2.11.0."""
+    from packaging.specifiers import InvalidSpecifier, Specifier
+    from packaging.version import InvalidVersion
+
     try:
         return Specifier(f"=={pinned}").contains(installed, prereleases=True)
     except (InvalidSpecifier, InvalidVersion):
