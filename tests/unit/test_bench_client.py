@@ -44,9 +44,10 @@ def test_tok_s_and_ttft_match_the_controlled_timing(double, api: str) -> None:
     assert true_ttft == pytest.approx(TTFT, rel=0.5)
     assert true_rate == pytest.approx(expected_decode_rate(), rel=0.5)
     # ... and the client measures what was really sent: TTFT never earlier than the first token
-    # left the server, the decode rate within a few percent.
-    assert true_ttft <= (res.ttft_s or 0) <= true_ttft + 0.04
-    assert res.decode_tok_s == pytest.approx(true_rate, rel=0.08)
+    # left the server, the decode rate close to the true one. The bounds leave room for a loaded CI
+    # machine and still catch the real mistakes (counting chunks is 4x off, timing from the wrong event).
+    assert true_ttft <= (res.ttft_s or 0) <= true_ttft + 0.2
+    assert res.decode_tok_s == pytest.approx(true_rate, rel=0.2)
     # One chunk per verify step: counting chunks would give a quarter of the true rate.
     assert res.chunks <= MAX_TOKENS // PER_CHUNK + 3
     if api == "chat":
