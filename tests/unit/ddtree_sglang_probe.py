@@ -276,6 +276,22 @@ def _topk_facts() -> dict:
     }
 
 
+def _methods_core_calls_but_spec_lacks(algo: object) -> list[str]:
+    """Every `spec_algorithm.NAME(` / `speculative_algorithm.NAME(` call in sglang/srt that the DDTREE spec
+    object cannot answer (the scheduler's create_future_map was one: CustomSpecAlgo lacks it upstream)."""
+    import re
+    from pathlib import Path
+
+    import sglang
+
+    pattern = re.compile(r"spec(?:ulative)?_algorithm\.([a-z_]+)\(")
+    names: set[str] = set()
+    for path in (Path(sglang.__file__).parent / "srt").rglob("*.py"):
+        names.update(pattern.findall(path.read_text(errors="replace")))
+    names.discard("upper")  # server_args.speculative_algorithm is a string there
+    return sorted(n for n in names if not callable(getattr(algo, n, None)))
+
+
 def main() -> None:
     target, drafter = sys.argv[1], sys.argv[2]
     base = [
@@ -327,6 +343,7 @@ def main() -> None:
             "worker": algo.create_worker(types.SimpleNamespace(disable_overlap_schedule=True)).__name__,
             "worker_is_dflash": issubclass(DDTreeWorker, DFlashWorker),
             "verify_is_dflash": issubclass(DDTreeVerifyInput, DFlashVerifyInput),
+            "missing_methods": _methods_core_calls_but_spec_lacks(algo),
         }
         args = _server_args([*base, "--speculative-ddtree-budget", "6"])
         _init_single_process_groups(args)

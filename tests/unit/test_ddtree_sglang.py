@@ -250,6 +250,7 @@ def test_algorithm_registered_as_a_dflash_variant_with_its_worker(facts: dict) -
         "worker": "DDTreeWorker",
         "worker_is_dflash": True,
         "verify_is_dflash": True,
+        "missing_methods": [],
     }
 
 
