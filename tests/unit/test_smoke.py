@@ -1,0 +1,108 @@
+"""ddtree selfcheck --smoke, the parts that need no GPU: the on-purpose weights' logic, the statistics, the
+verdict, and the clear "cannot run here" exit on a machine without a GPU/SGLang (what CI sees).
+
+The GPU run itself is tests/gpu/test_smoke_gpu.py (and tests/gpu/device_ddtree.sh on the device).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from ddtree import smoke
+
+
+def test_successor_is_one_cycle_through_the_real_tokens() -> None:
+    f = smoke.successor_cycle(1234)
+    seen, tok = set(), 0
+    for _ in range(smoke.REAL_TOKENS):
+        seen.add(tok)
+        tok = f[tok]
+    assert tok == 0 and seen == set(range(smoke.REAL_TOKENS))
+
+
+def test_logit_table_ranks_the_next_four_cycle_steps_and_blocks_eos_and_mask() -> None:
+    f = smoke.successor_cycle(7)
+    table = smoke.logit_table(f)
+    row = table[5]
+    assert [row[f[5]], row[f[f[5]]], row[f[f[f[5]]]], row[f[f[f[f[5]]]]]] == list(smoke.LOGIT_LADDER)
+    assert row[smoke.EOS_ID] == row[smoke.MASK_ID] == smoke.BLOCKED_LOGIT
+    assert sorted(row, reverse=True)[:5] == [*smoke.LOGIT_LADDER, 0.0]
+
+
+def test_class_probabilities_and_transition_classes() -> None:
+    probs = smoke.target_class_probabilities(1.0)
+    assert abs(sum(probs) - 1.0) < 1e-9 and probs[0] > 0.85
+    f = smoke.successor_cycle(3)
+    a = 10
+    seq = [a, f[a], f[f[f[f[a]]]], 0 if f[f[f[f[a]]]] != 0 else 1]
+    classes = smoke.transition_classes(seq, f, skip_first=1)
+    assert classes[:2] == [0, 2]
+    assert smoke.transition_classes([a, f[a], f[f[a]]], f, skip_first=2) == [0]
+
+
+def _results(dflash_acc: float = 2.0, ddtree_acc: float = 3.0, same: bool = True, counts=None):
+    outputs = [[1, 2, 3], [4, 5]]
+    probs = smoke.target_class_probabilities(1.0)
+    fair = counts or [round(2000 * p) for p in probs]
+    res = {
+        "baseline": smoke.ModeResult("baseline", outputs=outputs, cuda_graph=True, sampling_counts=fair),
+        "dflash": smoke.ModeResult(
+            "dflash", outputs=outputs, accept_lengths=[dflash_acc], cuda_graph=True, sampling_counts=fair
+        ),
+        "ddtree": smoke.ModeResult(
+            "ddtree",
+            outputs=outputs if same else [[1, 2, 9], [4, 5]],
+            accept_lengths=[ddtree_acc],
+            cuda_graph=True,
+            sampling_counts=fair,
+        ),
+    }
+    return res
+
+
+def test_judge_passes_a_good_run() -> None:
+    ok, lines = smoke.judge(_results(), smoke.SmokeSettings())
+    assert ok, lines
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"same": False}, "ddtree greedy outputs identical"),
+        ({"ddtree_acc": 1.0, "dflash_acc": 1.0}, "strictly between 1 and 8"),
+        ({"ddtree_acc": 8.0}, "strictly between 1 and 8"),
+        ({"ddtree_acc": 1.5}, "ddtree acceptance 1.5 >= dflash 2.0"),
+        ({"counts": [1000, 900, 50, 20, 30]}, "chi2"),
+    ],
+)
+def test_judge_fails_what_it_must(kwargs: dict, needle: str) -> None:
+    ok, lines = smoke.judge(_results(**kwargs), smoke.SmokeSettings())
+    assert not ok
+    assert any(line.startswith("FAIL") and needle in line for line in lines), lines
+
+
+def test_judge_fails_without_cuda_graphs() -> None:
+    results = _results()
+    results["ddtree"].cuda_graph = False
+    ok, lines = smoke.judge(results, smoke.SmokeSettings())
+    assert not ok and any("FAIL ddtree: CUDA graphs" in line for line in lines)
+
+
+def test_settings_follow_the_pro6000_profile() -> None:
+    s = smoke.settings_from_profile("pro6000")
+    assert (s.block_size, s.budget, s.topk, s.window) == (8, 8, 4, 2048)
+    assert s.long_prompt > s.window
+
+
+def test_selfcheck_smoke_says_it_cannot_run_without_gpu_or_sglang() -> None:
+    """This machine (and CI) has no GPU and no SGLang in the test venv: exit 2 with the reason."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ddtree.cli", "selfcheck", "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == smoke.EXIT_CANNOT_RUN, done.stdout + done.stderr
+    assert "smoke: cannot run here:" in done.stdout
