@@ -276,6 +276,75 @@ def _topk_facts() -> dict:
     }
 
 
+class _GlooTpGroup:
+    """Stand-in for SGLang's TP GroupCoordinator on CPU: its all_gather_into_tensor is a CUDA-only custom op;
+    this one gathers the same rank-ordered concatenation with torch.distributed (gloo)."""
+
+    def __init__(self, world_size: int):
+        self.world_size = world_size
+
+    def all_gather_into_tensor(self, out, inp) -> None:
+        import torch
+        import torch.distributed as dist
+
+        parts = [torch.empty_like(inp) for _ in range(self.world_size)]
+        dist.all_gather(parts, inp)
+        out.copy_(torch.cat(parts))
+
+
+def _tp_rank_topk(rank: int, world: int, port: int, queue) -> None:
+    """One TP rank holding a vocab shard: the worker's top-k vs log_softmax + topk over the full vocab."""
+    import torch
+    import torch.distributed as dist
+    from sglang.srt.speculative import ddtree_worker
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", world_size=world, rank=rank)
+    ddtree_worker.get_tp_group = lambda: _GlooTpGroup(world)
+    torch.manual_seed(0)
+    hidden, vocab, rows, k = 8, 48, 6, 4
+    weight, hs = torch.randn(vocab, hidden), torch.randn(rows, hidden)
+    part = vocab // world
+    shard = types.SimpleNamespace(
+        num_org_elements=part,
+        num_org_elements_padded=part,
+        num_added_elements=0,
+        org_vocab_start_index=rank * part,
+        added_vocab_start_index=vocab,
+    )
+    worker = ddtree_worker.DDTreeWorker.__new__(ddtree_worker.DDTreeWorker)
+    worker.ddtree_topk, worker.ddtree_budget = k, 8
+    worker.model_runner = types.SimpleNamespace(model_config=types.SimpleNamespace(vocab_size=vocab))
+    head = types.SimpleNamespace(weight=weight[rank * part : (rank + 1) * part], shard_indices=shard)
+    vals, ids = worker._draft_topk_from_vocab_parallel_head(hidden_states=hs, lm_head=head, chunk_size=4)
+    ref_vals, ref_ids = torch.topk(torch.log_softmax(hs @ weight.T, dim=-1), k, dim=-1)
+    queue.put((rank, ids.tolist(), bool(torch.equal(ids, ref_ids)), float((vals - ref_vals).abs().max())))
+    dist.destroy_process_group()
+
+
+def _tp_facts(world: int = 2) -> dict:
+    """The TP merge across `world` CPU processes (gloo): every rank must get the full-vocab top-k."""
+    import multiprocessing
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_tp_rank_topk, args=(r, world, port, queue)) for r in range(world)]
+    for proc in procs:
+        proc.start()
+    results = [queue.get(timeout=600) for _ in procs]
+    for proc in procs:
+        proc.join(60)
+    results.sort()
+    return {
+        "ranks": [r[0] for r in results],
+        "all_equal_reference": all(r[2] for r in results),
+        "same_on_all_ranks": all(r[1] == results[0][1] for r in results),
+        "max_abs_err": max(r[3] for r in results),
+    }
+
+
 def _methods_core_calls_but_spec_lacks(algo: object) -> list[str]:
     """Every `spec_algorithm.NAME(` / `speculative_algorithm.NAME(` call in sglang/srt that the DDTREE spec
     object cannot answer (the scheduler's create_future_map was one: CustomSpecAlgo lacks it upstream)."""
@@ -350,6 +419,7 @@ def main() -> None:
         facts["cuda_graph"] = _cuda_graph_facts(args)
         facts["verify"] = _verify_facts()
         facts["topk"] = _topk_facts()
+        facts["topk_tp2"] = _tp_facts(2)
     except Exception:
         facts["probe_error"] = traceback.format_exc()
     print("DDTREE-PROBE " + json.dumps(facts))

@@ -10,7 +10,9 @@ Stand-ins, where the real part cannot run without a GPU (each named in the probe
 - torchvision is a stub package (PyPI's wheels link the CUDA torch libraries; sglang only imports names);
 - CudaGraphRunner gets a model-runner stub carrying the real ServerArgs and the real DDTREE spec object, and
   an attention backend that stops the constructor where it sizes its buffers (no GPU allocation);
-- verify() runs on a batch stub with a torch version of the Triton req_to_token kernel.
+- verify() runs on a batch stub with a torch version of the Triton req_to_token kernel;
+- the TP top-k merge runs on two gloo processes with a torch.distributed stand-in for SGLang's TP group (its
+  all_gather_into_tensor is a CUDA-only custom op).
 """
 
 from __future__ import annotations
@@ -284,6 +286,14 @@ def test_verify_keeps_only_the_accepted_chain(facts: dict) -> None:
 def test_vocab_parallel_topk_matches_full_log_softmax(facts: dict) -> None:
     assert facts["topk"]["ids_equal"] is True
     assert facts["topk"]["max_abs_err"] < 1e-4
+
+
+def test_vocab_parallel_topk_merges_across_two_tp_ranks(facts: dict) -> None:
+    """Two CPU processes (gloo) each holding half the LM head: both build the same full-vocab top-k."""
+    tp = facts["topk_tp2"]
+    assert tp["ranks"] == [0, 1]
+    assert tp["all_equal_reference"] and tp["same_on_all_ranks"], tp
+    assert tp["max_abs_err"] < 1e-4
 
 
 def test_drafter_path_is_required(facts: dict) -> None:
