@@ -23,6 +23,7 @@ from typing import Any
 
 from ddtree import reference as reference_mod
 from ddtree.bench.client import Client, GenerationRequest, RequestResult
+from ddtree.bench.serverinfo import fetch_server_info
 from ddtree.errors import UserError
 
 REPRODUCED = "REPRODUCED"
@@ -225,7 +226,7 @@ def run_live(
         return finish(FAILED)
     report.checks.append(LiveCheck("health", "pass", "GET /health -> 200"))
 
-    info = client.get_json("/server_info") or client.get_json("/get_server_info")
+    info = fetch_server_info(client)
     if not isinstance(info, dict):
         report.checks.append(
             LiveCheck(

@@ -38,10 +38,15 @@ SERVER_KEYS = (
 IMAGE_LABEL_FILES = ("/opt/ddtree/image-labels.json",)
 
 
+def fetch_server_info(client: Client) -> Any | None:
+    """The server's info dump: /server_info, else the deprecated /get_server_info (0.5.13.post1 has both)."""
+    return client.get_json("/server_info") or client.get_json("/get_server_info")
+
+
 def probe_server(client: Client) -> dict[str, Any]:
     """Ask the server who it is. Works against plain OpenAI servers too (then kind is 'openai')."""
     info: dict[str, Any] = {"url": client.url, "kind": "unknown"}
-    raw = client.get_json("/server_info") or client.get_json("/get_server_info")
+    raw = fetch_server_info(client)
     if isinstance(raw, dict):
         info["kind"] = "sglang"
         for key in SERVER_KEYS:
