@@ -149,26 +149,16 @@ def _cuda_version(system: Mapping[str, Any]) -> str:
 
 
 def sglang_version_of(requirements: Path) -> str:
-    """The pinned sglang version in a freeze or lock file (`sglang==X`, hashes and markers allowed)."""
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
+    """The pinned sglang version in a freeze or lock file, read by ddtree.lockfile (the one pin parser)."""
+    from ddtree.lockfile import parse_pins
 
     try:
-        lines = requirements.read_text().splitlines()
+        text = requirements.read_text()
     except FileNotFoundError as exc:
         raise UserError(f"{requirements}: missing; run `make lock` (issue 3)") from exc
-    for raw in lines:
-        line = raw.split(" #", 1)[0].strip().rstrip("\\").strip()
-        if not line or line.startswith(("#", "-")):
-            continue
-        try:
-            req = Requirement(line)
-        except InvalidRequirement:
-            continue
-        if canonicalize_name(req.name) == "sglang":
-            pins = [spec.version for spec in req.specifier if spec.operator == "=="]
-            if pins:
-                return pins[0]
+    for pin in parse_pins(text, str(requirements)):
+        if pin.name == "sglang" and pin.version:
+            return pin.version
     raise UserError(f"{requirements}: no `sglang==VERSION` pin; the image is built around one")
 
 
