@@ -39,13 +39,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddtree.bench.client import Client
 from ddtree.errors import UserError
 
 VOCAB = 256
@@ -263,14 +262,6 @@ def _free_port() -> int:
     raise RuntimeError("no free port between 20000 and 45000")
 
 
-def _post(url: str, payload: dict[str, Any], timeout: float = 120.0) -> dict[str, Any]:
-    req = urllib.request.Request(
-        url, data=json.dumps(payload).encode(), headers={"content-type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return json.loads(resp.read())
-
-
 def mode_args(mode: str, drafter: Path, settings: SmokeSettings) -> list[str]:
     """SGLang flags of one mode (the common ones are added by Server)."""
     if mode == "baseline":
@@ -297,6 +288,7 @@ class Server:
     def __init__(self, target: Path, args: list[str], log_path: Path, settings: SmokeSettings):
         self.port = settings.port or _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.client = Client(self.url, timeout=300)
         self.log_path = log_path
         cmd = [
             sys.executable, "-m", "sglang.launch_server", "--model-path", str(target),
@@ -317,12 +309,9 @@ class Server:
         while time.monotonic() < self.deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with code {self.proc.returncode}:\n{self.tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        return time.monotonic() - start
-            except (urllib.error.URLError, OSError):
-                pass
+            status, _ = self.client.get_text("/health", timeout=2)
+            if status == 200:
+                return time.monotonic() - start
             time.sleep(1.0)
         raise RuntimeError(f"server not ready in time:\n{self.tail()}")
 
@@ -352,16 +341,16 @@ def greedy_prompts(settings: SmokeSettings) -> list[list[int]]:
     return [[rng.randrange(REAL_TOKENS) for _ in range(n)] for n in lengths]
 
 
-def _generate(url: str, prompt: list[int], params: dict[str, Any]) -> dict[str, Any]:
-    return _post(f"{url}/generate", {"input_ids": prompt, "sampling_params": params}, timeout=300)
+def _generate(client: Client, prompt: list[int], params: dict[str, Any]) -> dict[str, Any]:
+    return client.post_json("/generate", {"input_ids": prompt, "sampling_params": params})
 
 
-def run_greedy(url: str, prompts: list[list[int]], settings: SmokeSettings, result: ModeResult) -> None:
+def run_greedy(client: Client, prompts: list[list[int]], settings: SmokeSettings, result: ModeResult) -> None:
     params = {"max_new_tokens": settings.max_new_tokens, "temperature": 0.0, "ignore_eos": True}
-    _generate(url, prompts[0], {**params, "max_new_tokens": 4})  # warm-up
+    _generate(client, prompts[0], {**params, "max_new_tokens": 4})  # warm-up
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
-        answers = list(pool.map(lambda p: _generate(url, p, params), prompts))
+        answers = list(pool.map(lambda p: _generate(client, p, params), prompts))
     elapsed = time.monotonic() - start
     result.outputs = [list(a["output_ids"]) for a in answers]
     result.tokens_per_s = sum(len(o) for o in result.outputs) / max(elapsed, 1e-9)
@@ -393,13 +382,15 @@ def transition_classes(output: list[int], f: list[int], skip_first: int = 1) -> 
     return classes
 
 
-def run_sampling(url: str, settings: SmokeSettings, f: list[int], result: ModeResult) -> None:
+def run_sampling(client: Client, settings: SmokeSettings, f: list[int], result: ModeResult) -> None:
     rng = random.Random(settings.seed + 2)
     prompts = [[rng.randrange(REAL_TOKENS) for _ in range(8)] for _ in range(settings.sampling_requests)]
     base = {"max_new_tokens": settings.sampling_tokens, "temperature": 1.0, "ignore_eos": True}
     with ThreadPoolExecutor(max_workers=32) as pool:
         answers = list(
-            pool.map(lambda ip: _generate(url, ip[1], {**base, "sampling_seed": ip[0]}), enumerate(prompts))
+            pool.map(
+                lambda ip: _generate(client, ip[1], {**base, "sampling_seed": ip[0]}), enumerate(prompts)
+            )
         )
     counts = [0] * 5
     for prompt, answer in zip(prompts, answers, strict=True):
@@ -424,8 +415,8 @@ def run_mode(
     try:
         ready = server.wait_ready()
         print(f"  {mode}: ready after {ready:.0f} s", flush=True)
-        run_greedy(server.url, greedy_prompts(settings), settings, result)
-        run_sampling(server.url, settings, f, result)
+        run_greedy(server.client, greedy_prompts(settings), settings, result)
+        run_sampling(server.client, settings, f, result)
     finally:
         server.stop()
     log = server.log_path.read_text(errors="replace")
@@ -539,7 +530,7 @@ def run_smoke(settings: SmokeSettings, keep: Path | None = None, json_out: bool 
         for mode in modes:
             try:
                 results[mode] = run_mode(mode, target, drafter, settings, work, f)
-            except (RuntimeError, OSError, urllib.error.URLError) as exc:
+            except (RuntimeError, OSError) as exc:
                 print(f"FAIL {mode}: {exc}")
                 return EXIT_FAIL
         ok, lines = judge(results, settings)
