@@ -63,24 +63,24 @@ def _git(*args: str) -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
-def commit_facts() -> tuple[str, str, int]:
-    """(full sha or "unknown", short tag form, commit time) of HEAD; "-dirty" when the inputs changed.
+def commit_facts() -> tuple[str, int]:
+    """(full sha or "unknown", commit time) of HEAD; "-dirty" when the inputs changed.
 
     Dirty means a tracked or untracked change under what enters the image (env/, patches/, entrypoint/,
     the template): such an image is not the commit's, and its tag and revision label say so.
     """
     sha = _git("rev-parse", "HEAD")
     if not sha:
-        return "unknown", "nogit", 0
+        return "unknown", 0
     epoch = int(_git("log", "-1", "--format=%ct") or 0)
     paths = [*CONTEXT_DIRS, str(render.TEMPLATES_DIR.relative_to(REPO_ROOT))]
     dirty = bool(_git("status", "--porcelain", "--", *paths))
-    suffix = "-dirty" if dirty else ""
-    return sha + suffix, sha[:12] + suffix, epoch
+    return sha + ("-dirty" if dirty else ""), epoch
 
 
 def tag_suffix(revision: str) -> str:
-    """The per-commit tag part for a VCS_REF: 12 hex digits, "-dirty" kept (one read of git per build)."""
+    """The short form of a VCS_REF for tags and IMAGE_VERSION: 12 hex digits, "-dirty" kept, so every
+    short form comes from the one read of git per build."""
     if revision == "unknown":
         return "nogit"
     sha = revision.removesuffix("-dirty")
@@ -105,13 +105,13 @@ def build_args_for(ctx: render.RenderContext, lock_file: str, pip_check: bool) -
     """The per-commit ARGs of the Dockerfile (see its header); sorted so the command line is stable."""
     from ddtree import __version__
 
-    revision, short, epoch = commit_facts()
+    revision, epoch = commit_facts()
     freeze = ENV_DIR / "freeze.txt"
     args = {
         "BASE_IMAGE": ctx.base_image,
         "FREEZE_SHA256": sha256_file(freeze) if freeze.exists() else "none",
         "IMAGE_CREATED": rfc3339(epoch),
-        "IMAGE_VERSION": f"{__version__}+g{short}",
+        "IMAGE_VERSION": f"{__version__}+g{tag_suffix(revision)}",
         "LOCK_FILE": lock_file,
         "PATCHES_SHA256": patch_series_digest(),
         "PIP_CHECK": "1" if pip_check else "0",
