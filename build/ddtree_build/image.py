@@ -222,7 +222,8 @@ def build(
 
         base_image.ensure_base_image(say)
     ctx = render.build_context(target, chosen)
-    if chosen == "nvidia" and registry_reachable() is not None and not engine.image_exists(ctx.base_image):
+    # The local image first: a probe of the registry (up to 3 s offline) is only needed when it is absent.
+    if chosen == "nvidia" and not engine.image_exists(ctx.base_image) and registry_reachable() is not None:
         raise UserError(
             f"the nvidia base {ctx.base_image} is not here and {REGISTRY_HOST} cannot be reached; "
             "pull it on a connected host (docker save | docker load) or use --base bootstrap"
