@@ -27,7 +27,7 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -224,8 +224,10 @@ def _needs_plan(ctx: Context, name: str) -> serve.Launch | CheckResult:
     return launch
 
 
-def _mounted_plan(ctx: Context, name: str, flag: str, default: str) -> serve.Launch | CheckResult:
-    """The launch plan when `flag`'s folder is there; a skip otherwise (see _needs_plan).
+def _mounted_plan(
+    ctx: Context, name: str, folder_of: Callable[[serve.Launch], Path]
+) -> serve.Launch | CheckResult:
+    """The launch plan when its `folder_of` folder is there; a skip otherwise (see _needs_plan).
 
     A folder that does not exist at all is "not mounted here" (a build-host run), not a broken one.
     `ddtree serve` fails on it; the self-check reports what it could look at, and says what it could not.
@@ -234,7 +236,7 @@ def _mounted_plan(ctx: Context, name: str, flag: str, default: str) -> serve.Lau
     launch = _needs_plan(ctx, name)
     if isinstance(launch, CheckResult):
         return launch
-    folder = Path(launch.value(flag) or default)
+    folder = folder_of(launch)
     if folder.exists():
         return launch
     return skipped(
@@ -285,7 +287,7 @@ def shm_check(ctx: Context) -> CheckResult:
 
 @check("weights")
 def weights_check(ctx: Context) -> CheckResult:
-    launch = _mounted_plan(ctx, "weights", "--model-path", serve.DEFAULT_MODEL_DIR)
+    launch = _mounted_plan(ctx, "weights", serve.Launch.model_dir)
     if isinstance(launch, CheckResult):
         return launch
     summary = serve.check_weights(launch)
@@ -300,7 +302,7 @@ def weights_check(ctx: Context) -> CheckResult:
 
 @check("drafter")
 def drafter_check(ctx: Context) -> CheckResult:
-    launch = _mounted_plan(ctx, "drafter", "--speculative-draft-model-path", serve.DEFAULT_DRAFTER_DIR)
+    launch = _mounted_plan(ctx, "drafter", serve.Launch.drafter_dir)
     if isinstance(launch, CheckResult):
         return launch
     layers = None
@@ -324,7 +326,7 @@ def weights_hash_check(ctx: Context) -> CheckResult:
     launch = _needs_plan(ctx, "weights")
     if isinstance(launch, CheckResult):
         return launch
-    folder = Path(launch.value("--model-path") or serve.DEFAULT_MODEL_DIR)
+    folder = launch.model_dir()
     manifest = options.get("weights_manifest") or ctx.environ.get("DDTREE_WEIGHTS_MANIFEST")
     manifest_path = Path(manifest) if manifest else None
     report = weights.full_hash(folder, manifest=manifest_path, workers=os.cpu_count())

@@ -134,6 +134,14 @@ class Launch:
     def value(self, flag: str) -> str | None:
         return _argv_value(self.server_args, flag)
 
+    def model_dir(self) -> Path:
+        """The target weights folder the server will load (--model-path, else the image's mount point)."""
+        return Path(self.value("--model-path") or DEFAULT_MODEL_DIR)
+
+    def drafter_dir(self) -> Path:
+        """The drafter folder the server will load (--speculative-draft-model-path, else the mount point)."""
+        return Path(self.value("--speculative-draft-model-path") or DEFAULT_DRAFTER_DIR)
+
 
 def assemble(target: targets.Target, environ: Mapping[str, str], extra: Sequence[str]) -> list[str]:
     """Profile arguments with the environment overrides, then DDTREE_EXTRA_ARGS, then `-- extra`."""
@@ -291,14 +299,17 @@ def preflight(
 
 
 def check_weights(launch: Launch) -> weights.ModelSummary:
-    folder = Path(launch.value("--model-path") or DEFAULT_MODEL_DIR)
-    return weights.check_target(folder, launch.model_type, env_var="MODEL_DIR or DDTREE_MODEL_DIR")
+    return weights.check_target(
+        launch.model_dir(), launch.model_type, env_var="MODEL_DIR or DDTREE_MODEL_DIR"
+    )
 
 
 def check_drafter(launch: Launch, target_layers: int | None) -> weights.DrafterSummary:
-    folder = Path(launch.value("--speculative-draft-model-path") or DEFAULT_DRAFTER_DIR)
     return weights.check_drafter(
-        folder, block_size_of(launch.server_args), target_layers, env_var="DRAFTER_DIR or DDTREE_DRAFTER_DIR"
+        launch.drafter_dir(),
+        block_size_of(launch.server_args),
+        target_layers,
+        env_var="DRAFTER_DIR or DDTREE_DRAFTER_DIR",
     )
 
 
