@@ -320,18 +320,16 @@ def drafter_check(ctx: Context) -> CheckResult:
 
 @check("weights-hash")
 def weights_hash_check(ctx: Context) -> CheckResult:
-    options = getattr(ctx, "options", {}) or {}
-    if not options.get("full_hash"):
+    if not ctx.options.get("full_hash"):
         return skipped("run with --full-hash to hash every shard")
     launch = _needs_plan(ctx, "weights")
     if isinstance(launch, CheckResult):
         return launch
     folder = launch.model_dir()
-    manifest = options.get("weights_manifest") or ctx.environ.get("DDTREE_WEIGHTS_MANIFEST")
+    manifest = ctx.options.get("weights_manifest") or ctx.environ.get("DDTREE_WEIGHTS_MANIFEST")
     manifest_path = Path(manifest) if manifest else None
     report = weights.full_hash(folder, manifest=manifest_path, workers=os.cpu_count())
-    total = sum((folder / name).stat().st_size for name in report.digests)
-    rate = total / max(report.seconds, 1e-9) / 1e9
+    rate = report.total_bytes / max(report.seconds, 1e-9) / 1e9
     data = {
         "folder": str(folder),
         "manifest": manifest,

@@ -417,6 +417,7 @@ class HashReport:
     unlisted: list[str]
     absent: list[str]
     seconds: float
+    total_bytes: int
 
     @property
     def ok(self) -> bool:
@@ -448,7 +449,12 @@ def full_hash(
                 mismatched.append(name)
         absent = sorted(n for n in expected if n.endswith(".safetensors") and n not in digests)
     return HashReport(
-        digests=digests, mismatched=mismatched, unlisted=unlisted, absent=absent, seconds=seconds
+        digests=digests,
+        mismatched=mismatched,
+        unlisted=unlisted,
+        absent=absent,
+        seconds=seconds,
+        total_bytes=total,
     )
 
 
