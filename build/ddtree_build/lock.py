@@ -9,14 +9,13 @@ the lock's header (sha256 of the freeze and of the profile) and its pins, so it 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ddtree.errors import UserError
-from ddtree.fsutil import atomic_write, sha256_file
+from ddtree.fsutil import atomic_write, sha256_bytes, sha256_file
 from ddtree.lockfile import Pin, parse_pins
 from ddtree.yamlfile import load_yaml
 
@@ -47,7 +46,7 @@ class Profile:
             "deviations": {k: v["version"] for k, v in sorted(self.deviations.items())},
             "only": list(self.only) if self.only is not None else None,
         }
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+        return sha256_bytes(json.dumps(data, sort_keys=True).encode())
 
     def marker_environment(self) -> dict[str, str]:
         """PEP 508 marker values of a CPython of this version on linux x86_64."""
