@@ -9,11 +9,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ddtree_build.engine import HOST_CA_BUNDLE
 from ddtree_build.errors import UserError
 
 PYPI_INDEX = "https://pypi.org/simple"
-# uv does not read pip's configuration; it needs the CA bundle through SSL_CERT_FILE.
-SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
 def find_uv() -> str:
@@ -55,8 +54,9 @@ def compile_requirements(
         if hashes:
             shown.append("--generate-hashes")
         env = dict(os.environ)
-        if SYSTEM_CA.is_file():
-            env.setdefault("SSL_CERT_FILE", str(SYSTEM_CA))
+        # uv does not read pip's configuration; it needs the CA bundle through SSL_CERT_FILE.
+        if HOST_CA_BUNDLE.is_file():
+            env.setdefault("SSL_CERT_FILE", str(HOST_CA_BUNDLE))
         for name in ("UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_INDEX", "UV_FIND_LINKS", "UV_EXCLUDE_NEWER"):
             env.pop(name, None)  # only the index and date given here count
         argv = [find_uv(), *shown[1:], "--quiet", str(source), "-o", str(output)]
