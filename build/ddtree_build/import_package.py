@@ -398,15 +398,16 @@ def import_patches(pkg: Path, version: str, series_path: Path) -> tuple[Series, 
 
 
 def _apply_and_hash(series: Series, read, pkg: Path) -> dict[str, bytes]:
-    """Apply the diffs strictly, in order, to the pristine files; fill in pre/post; return final contents."""
+    """Apply the diffs strictly, in order, to the pristine files; fill in pre/post; return final contents.
+    The walk is the patch engine's FileChain (as in simulate and patches refresh); a failure raises here."""
     from ddtree.patchset import udiff
+    from ddtree.patchset.engine import FileChain
     from ddtree.patchset.series import NEW
 
-    contents: dict[str, bytes | None] = {}
+    chain = FileChain(read)
     for patch in series.patches:
-        for fp in patch.file_patches:
-            old = contents[fp.path] if fp.path in contents else read(fp.path)
-            where = f"{pkg.name}/patches/diffs/{patch.diff}"
+        where = f"{pkg.name}/patches/diffs/{patch.diff}"
+        for fp, old in chain.files(patch):
             if old is None and not fp.is_new:
                 raise UserError(
                     f"{where}: {fp.path} is not in the pristine {DISTRIBUTION} {series.version} wheel"
@@ -415,8 +416,8 @@ def _apply_and_hash(series: Series, read, pkg: Path) -> dict[str, bytes]:
             spec = patch.spec(fp.path)
             spec.pre = NEW if old is None else sha256_bytes(old)
             spec.post = sha256_bytes(new)
-            contents[fp.path] = new
-    return {path: data for path, data in contents.items() if data is not None}
+            chain.contents[fp.path] = new
+    return {path: data for path, data in chain.contents.items() if data is not None}
 
 
 def _check_full(pkg: Path, finals: dict[str, bytes]) -> list[str]:
