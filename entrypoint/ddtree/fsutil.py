@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -27,12 +28,19 @@ def atomic_write(path: Path, data: str | bytes, mode: int | None = None) -> None
         raise
 
 
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of a file, read in chunks."""
+def sha256_file(path: Path, chunk: int = 1 << 20, on_bytes: Callable[[int], None] | None = None) -> str:
+    """Hex sha256 of a file, read sequentially into one reused buffer; `on_bytes(n)` after each chunk
+    lets a caller draw progress (the weights hash reads hundreds of GB through here)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
+    buffer = bytearray(chunk)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as handle:
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        while n := handle.readinto(buffer):
+            digest.update(view[:n])
+            if on_bytes is not None:
+                on_bytes(n)
     return digest.hexdigest()
 
 

@@ -15,13 +15,14 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from ddtree.errors import UserError
+from ddtree.fsutil import atomic_write, sha256_file
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
@@ -352,26 +353,6 @@ class Progress:
             self.stream.flush()
 
 
-def hash_file(path: Path, on_bytes: Callable[[int], None] | None = None, chunk: int = HASH_CHUNK) -> str:
-    """sha256 of one file, reporting progress per chunk (fsutil.sha256_file has no progress hook)."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    buffer = bytearray(chunk)
-    view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as handle:
-        if hasattr(os, "posix_fadvise"):
-            os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        while True:
-            n = handle.readinto(buffer)
-            if not n:
-                break
-            digest.update(view[:n])
-            if on_bytes is not None:
-                on_bytes(n)
-    return digest.hexdigest()
-
-
 def hash_files(
     paths: list[Path],
     workers: int | None = None,
@@ -382,7 +363,7 @@ def hash_files(
     ordered = sorted(paths, key=lambda p: p.stat().st_size, reverse=True)
     on_bytes = progress.advance if progress is not None else None
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(ordered) or 1))) as pool:
-        digests = list(pool.map(lambda p: hash_file(p, on_bytes), ordered))
+        digests = list(pool.map(lambda p: sha256_file(p, HASH_CHUNK, on_bytes), ordered))
     if progress is not None:
         progress.close()
     return dict(zip(ordered, digests, strict=True))
@@ -483,8 +464,6 @@ def manifest_text(digests: dict[str, str]) -> str:
 
 
 def write_manifest(digests: dict[str, str], path: Path) -> None:
-    from ddtree.fsutil import atomic_write
-
     atomic_write(Path(path), manifest_text(digests))
 
 
