@@ -104,18 +104,16 @@ def _git_cross_check(series: Series, wheel: Path) -> bool:
     if not git or not series.patches:
         return bool(git)
     reader = pristine.WheelReader(wheel)
-    contents: dict[str, bytes | None] = {}
+    chain = engine.FileChain(reader.read)
     try:
         with tempfile.TemporaryDirectory(prefix="ddtree-git-check-") as tmp:
             for patch in series.patches:
                 work = Path(tmp) / patch.id
-                for fp in patch.file_patches:
-                    if fp.path not in contents:
-                        contents[fp.path] = reader.read(fp.path)
-                    if contents[fp.path] is not None:
+                for fp, old in chain.files(patch):
+                    if old is not None:
                         target = work / fp.path
                         target.parent.mkdir(parents=True, exist_ok=True)
-                        target.write_bytes(contents[fp.path])
+                        target.write_bytes(old)
                 work.mkdir(parents=True, exist_ok=True)
                 done = subprocess.run(
                     [git, "apply", "--check", str(series.folder / patch.diff)],
@@ -126,8 +124,8 @@ def _git_cross_check(series: Series, wheel: Path) -> bool:
                 )
                 if done.returncode != 0:
                     raise UserError(f"git apply --check rejects {patch.diff}: {done.stderr.strip()}")
-                for fp in patch.file_patches:
-                    contents[fp.path] = udiff.apply_file(contents[fp.path], fp, patch.diff)
+                for fp, old in chain.files(patch):
+                    chain.contents[fp.path] = udiff.apply_file(old, fp, patch.diff)
     finally:
         reader.close()
     return True
