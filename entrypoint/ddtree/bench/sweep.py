@@ -65,6 +65,15 @@ def cell_name(context: int, concurrency: int) -> str:
     return f"ctx{context}-conc{concurrency}"
 
 
+def _complete_cell(path: Path) -> dict[str, Any] | None:
+    """A finished cell's record; None when absent, damaged (measured again) or incomplete."""
+    try:
+        cell = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return cell if cell.get("complete") else None
+
+
 class RunStore:
     """The output directory of one sweep: refuses to mix settings or servers, keeps finished cells."""
 
@@ -96,27 +105,14 @@ class RunStore:
         return self.cells_dir / f"{cell_name(context, concurrency)}.json"
 
     def load_cell(self, context: int, concurrency: int) -> dict[str, Any] | None:
-        path = self.cell_path(context, concurrency)
-        if not path.exists():
-            return None
-        try:
-            cell = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            return None  # a damaged cell is measured again
-        return cell if cell.get("complete") else None
+        return _complete_cell(self.cell_path(context, concurrency))
 
     def save_cell(self, cell: dict[str, Any]) -> None:
         atomic_write(self.cell_path(cell["context"], cell["concurrency"]), json.dumps(cell, indent=1) + "\n")
 
     def all_cells(self) -> list[dict[str, Any]]:
-        cells = []
-        for path in sorted(self.cells_dir.glob("ctx*-conc*.json")):
-            try:
-                cell = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError):
-                continue
-            if cell.get("complete"):
-                cells.append(cell)
+        found = (_complete_cell(path) for path in sorted(self.cells_dir.glob("ctx*-conc*.json")))
+        cells = [cell for cell in found if cell is not None]
         return sorted(cells, key=lambda c: (c["context"], c["concurrency"]))
 
     def write_summary(self, manifest: dict[str, Any]) -> dict[str, Any]:
