@@ -25,6 +25,7 @@ from ddtree import reference as reference_mod
 from ddtree.bench.client import Client, GenerationRequest, RequestResult
 from ddtree.bench.serverinfo import fetch_server_info
 from ddtree.errors import UserError
+from ddtree.serve import BLOCK_SIZE_FLAGS
 
 REPRODUCED = "REPRODUCED"
 DEGRADED = "DEGRADED"
@@ -131,11 +132,7 @@ def _same(expected: Any, actual: Any) -> bool:
 
 # The block size may live in its own field: the profile passes B as --speculative-num-draft-tokens, and a
 # DDTree integration may keep B apart and set num_draft_tokens to the verify width (budget + 1).
-BLOCK_SIZE_KEYS = (
-    "speculative_dflash_block_size",
-    "speculative_ddtree_block_size",
-    "speculative_num_draft_tokens",
-)
+BLOCK_SIZE_KEYS = tuple(_info_key(flag) for flag in BLOCK_SIZE_FLAGS)
 
 
 def _setting(info: dict[str, Any], key: str, want: Any) -> tuple[bool, Any, str]:
