@@ -374,7 +374,8 @@ def refresh(
                     f"base.version changed from {state['base_version']} to {series.version} since `edit "
                     f"{name}`: run `ddtree-build patches edit {name} --force` again"
                 )
-            diff = b"".join(udiff.make_file_diff(rel, baseline(rel), changed[rel]) for rel in sorted(changed))
+            olds = {rel: baseline(rel) for rel in sorted(changed)}  # each baseline file read once
+            diff = b"".join(udiff.make_file_diff(rel, old, changed[rel]) for rel, old in olds.items())
             existing = next((p for p in series.patches if p.id == name), None)
             if existing is None and not state["new"]:
                 raise UserError(
@@ -398,11 +399,11 @@ def refresh(
             patch.files = [
                 FileSpec(
                     rel,
-                    NEW if baseline(rel) is None else sha256_bytes(baseline(rel) or b""),
+                    NEW if old is None else sha256_bytes(old),
                     sha256_bytes(changed[rel]),
                     _signatures_for(rel, old_sigs.get(rel, []), extra_sigs),
                 )
-                for rel in sorted(changed)
+                for rel, old in olds.items()
             ]
             patch.diff_bytes = diff
             patch.file_patches = udiff.parse(diff, patch.diff)
