@@ -79,10 +79,10 @@ def load_profile(name: str, folder: Path) -> targets.Target:
     """The named, schema-checked target profile. Unknown name or bad profile: exit 2 (nothing can run)."""
     path = folder / f"{name}.yaml"
     if "/" in name or not path.is_file():
-        known = sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+        known = ", ".join(targets.known_targets(folder)) or "none"
         raise UserError(
             f"unknown target {name!r} (DDTREE_TARGET): known targets in {folder} are "
-            f"{', '.join(known) or 'none'}; set DDTREE_TARGET to one of them",
+            f"{known}; set DDTREE_TARGET to one of them",
             exit_code=EXIT_CANNOT_RUN,
         )
     try:

@@ -9,6 +9,7 @@ Public API (stable; serve, render and selfcheck call these):
     validate_target(data, source) -> Target       schema check of already-parsed YAML
     default_targets_dir() -> Path                 $DDTREE_ENV_DIR/targets, else /opt/ddtree/env/targets,
                                                   else the checkout's env/targets
+    known_targets(folder) -> list[str]            the profile names there, sorted
     server_argv(args) -> list[str]                {flag: value} -> ["--flag", "value", ...]
     merge_server_args(base, overrides) -> dict    overrides win; a value of None or False removes a flag
     Target.server_argv(overrides=None) -> list[str]   structured flags, then extra_args verbatim
@@ -111,6 +112,11 @@ def default_targets_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "env" / "targets"
 
 
+def known_targets(folder: Path) -> list[str]:
+    """The profile names in `folder`, sorted (empty when it is not a folder): what an unknown name lists."""
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
 def load_target(name_or_path: str | Path, targets_dir: Path | None = None) -> Target:
     """Load and validate a profile by name (`pro6000`) or by path to a YAML file."""
     text_name = str(name_or_path)
@@ -120,8 +126,8 @@ def load_target(name_or_path: str | Path, targets_dir: Path | None = None) -> Ta
         folder = Path(targets_dir) if targets_dir else default_targets_dir()
         path = folder / f"{text_name}.yaml"
         if not path.is_file():
-            known = sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
-            raise UserError(f"unknown target {text_name!r} (no {path}); known: {', '.join(known) or 'none'}")
+            known = ", ".join(known_targets(folder)) or "none"
+            raise UserError(f"unknown target {text_name!r} (no {path}); known: {known}")
     return validate_target(load_yaml(path), path)
 
 
