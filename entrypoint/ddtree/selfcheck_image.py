@@ -6,7 +6,7 @@ saw in one line; a fix is named in every failure. What the checks read, and wher
     target        the profile DDTREE_TARGET names (DDTREE_ENV_DIR/targets, /opt/ddtree/env/targets)
     lock          installed distributions versus the baked lock (DDTREE_LOCK, /opt/ddtree/requirements.lock)
     patches       the patch engine's verify of site-packages against the manifest baked beside it
-    patched-files every file the manifest lists parses (ast) and byte-compiles
+    patched-files every file the manifest lists byte-compiles (a .pyc built from its exact bytes counts)
     labels        the image's labels, baked as JSON (DDTREE_IMAGE_LABELS, /opt/ddtree/image-labels.json),
                   agree with the target, the running Python, SGLang, the freeze and the patch series
     gpu, shm      as `ddtree serve` checks them
@@ -19,7 +19,6 @@ into "skip", for machines that cannot run it (no GPU on a build host).
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import importlib.metadata
 import importlib.util
@@ -136,6 +135,10 @@ def patches_check(ctx: Context) -> CheckResult:
 
 @check("patched-files")
 def patched_files_check(ctx: Context) -> CheckResult:
+    """A file whose hash-based .pyc (written by apply) was compiled from exactly its bytes is known to
+    compile; only the others are compiled here (compile parses, so no separate ast.parse)."""
+    from ddtree.patchset.signatures import cached_code
+
     root = site_packages_of()
     data = _manifest_json(root) if root else None
     if root is None or data is None:
@@ -148,7 +151,8 @@ def patched_files_check(ctx: Context) -> CheckResult:
             continue
         try:
             source = path.read_bytes()
-            compile(ast.parse(source, filename=str(path)), str(path), "exec")
+            if cached_code(path, source) is None:
+                compile(source, str(path), "exec")
         except FileNotFoundError:
             broken.append(f"{path}: missing")
         except SyntaxError as exc:
