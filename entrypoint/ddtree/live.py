@@ -316,9 +316,10 @@ def outcomes(report: LiveReport) -> list[Any]:
         if report.verdict == COULD_NOT_RUN and step.status == "fail":
             status = "error"
         detail = f"DEGRADED: {step.detail}" if step.status == "warn" else step.detail
-        data = {"value": step.value} if step.value is not None and not isinstance(step.value, dict) else {}
         if isinstance(step.value, dict):
             data = dict(step.value)
+        else:
+            data = {} if step.value is None else {"value": step.value}
         rows.append(Outcome(f"live:{step.name}", CheckResult(status, detail, data), 0.0))
     rows.append(
         Outcome(
@@ -337,7 +338,7 @@ def selfcheck_live(args: Any) -> int:
 
     from ddtree.selfcheck import Context, format_table, report_dict
 
-    expectation = load_expectation(Path(args.reference) if getattr(args, "reference", None) else None)
+    expectation = load_expectation(Path(args.reference) if args.reference else None)
     report = run_live(
         args.live,
         expectation,
