@@ -10,11 +10,11 @@ from ddtree_build import base_image
 from testcontainers.core.container import DockerContainer
 
 
-def test_recipe_labels_and_packages(base_image_tag: str, docker_engine: str) -> None:
+def test_recipe_labels_and_packages(base_image_tag: str, docker: str) -> None:
     recipe = base_image.Recipe()
     assert base_image_tag == recipe.tag()
     inspect = subprocess.run(
-        [docker_engine, "image", "inspect", "--format", "{{json .Config.Labels}}", base_image_tag],
+        [docker, "image", "inspect", "--format", "{{json .Config.Labels}}", base_image_tag],
         capture_output=True,
         text=True,
         check=True,

@@ -17,9 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from ddtree_build import engine, image
 
-from tests.docker.test_image_build import HF_CANARY, SITE, TARGET, TEST_NAME, _ci_lock
+from tests.docker.test_image_build import SITE, TEST_NAME, build_ci_image
 from tests.synthetic_weights import write_drafter, write_target
 
 SKIP_HOST = "DDTREE_SKIP_CHECKS=gpu,shm"
@@ -35,29 +34,8 @@ time.sleep(600)
 
 
 @pytest.fixture(scope="module")
-def docker() -> str:
-    engine.ensure(lambda msg: None)
-    return engine.docker_cli()
-
-
-@pytest.fixture(scope="module")
 def tag(docker: str, tmp_path_factory: pytest.TempPathFactory) -> str:
-    folder = tmp_path_factory.mktemp("entrypoint-image")
-    log = folder / "build.log"
-    try:
-        result = image.build(
-            TARGET,
-            "bootstrap",
-            TEST_NAME,
-            lock=_ci_lock(folder),
-            hf_token=HF_CANARY,
-            log=log,
-            say=lambda m: None,
-        )
-    except Exception:
-        print(log.read_text()[-6000:] if log.exists() else "(no build log)")
-        raise
-    return result.tags[0]
+    return build_ci_image(tmp_path_factory.mktemp("entrypoint-image")).tags[0]
 
 
 @pytest.fixture

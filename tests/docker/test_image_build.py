@@ -17,6 +17,7 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -49,10 +50,21 @@ def _ci_lock(folder: Path) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def docker() -> str:
-    engine.ensure(lambda msg: None)
-    return engine.docker_cli()
+def build_ci_image(folder: Path, **options: Any) -> image.ImageResult:
+    """The tier's CI-lock image through `ddtree-build image`'s code path, with the HF canary as token.
+
+    The build log is folder/build.log; a failed build prints its tail, so the pytest report shows why.
+    `options` go to image.build (a CA bundle, say=...).
+    """
+    log = folder / "build.log"
+    options.setdefault("say", lambda msg: None)
+    try:
+        return image.build(
+            TARGET, "bootstrap", TEST_NAME, lock=_ci_lock(folder), hf_token=HF_CANARY, log=log, **options
+        )
+    except Exception:
+        print(log.read_text()[-6000:] if log.exists() else "(no build log)")
+        raise
 
 
 @pytest.fixture(scope="module")
@@ -60,21 +72,7 @@ def ci_image(docker: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     folder = tmp_path_factory.mktemp("ci-image")
     ca = folder / "ca.pem"
     ca.write_text(engine.HOST_CA_BUNDLE.read_text() + f"\n# {CA_CANARY}\n")
-    log = folder / "build.log"
-    try:
-        result = image.build(
-            TARGET,
-            "bootstrap",
-            TEST_NAME,
-            lock=_ci_lock(folder),
-            hf_token=HF_CANARY,
-            ca_bundle=ca,
-            log=log,
-            say=lambda msg: None,
-        )
-    except Exception:
-        print(log.read_text()[-6000:] if log.exists() else "(no build log)")
-        raise
+    result = build_ci_image(folder, ca_bundle=ca)
     yield result
     # Per-commit tags would pile up run after run; the build cache, not the tags, makes reruns fast.
     for tag in result.tags[1:]:
@@ -162,9 +160,8 @@ def test_rebuild_reuses_the_dependency_layer(
 ) -> None:
     """The same lock again: the install step comes from the cache. When nothing else changed either (no
     commit or edit in between; others may be working in this tree), every step is cached, same image."""
-    log = tmp_path / "rebuild.log"
-    lock = _ci_lock(tmp_path)
-    again = image.build(TARGET, "bootstrap", TEST_NAME, lock=lock, hf_token=HF_CANARY, log=log, say=print)
+    again = build_ci_image(tmp_path, say=print)
+    log = tmp_path / "build.log"
     for tag in set(again.tags[1:]) - set(ci_image.tags):  # a commit landed meanwhile: a new sha tag
         _run(docker, "image", "rm", tag)
     text = log.read_text()
