@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ddtree.bench.report import accept_value, cell_median
 from ddtree.errors import UserError
 from ddtree.reference import Range, Reference, load_reference
 
@@ -58,14 +59,8 @@ class Run:
     cells: dict[tuple[int, int], dict[str, Any]]
 
     def value(self, cell: tuple[int, int], metric: str) -> float | None:
-        metrics = (self.cells.get(cell) or {}).get("metrics") or {}
-        if metric == "accept_length" and metrics.get("accept_length_weighted") is not None:
-            return float(metrics["accept_length_weighted"])
-        stats = metrics.get(metric)
-        if metric == "accept_length" and stats is None:
-            gauge = (self.cells.get(cell) or {}).get("server_gauge_accept_length")
-            return float(gauge) if gauge is not None else None
-        return float(stats["median"]) if isinstance(stats, dict) else None
+        data = self.cells.get(cell) or {}
+        return accept_value(data) if metric == "accept_length" else cell_median(data, metric)
 
     @property
     def contexts(self) -> list[int]:

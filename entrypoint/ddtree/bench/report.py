@@ -15,17 +15,22 @@ from ddtree.errors import UserError
 from ddtree.fsutil import atomic_write
 
 
-def _median(cell: dict[str, Any], metric: str) -> float | None:
+def cell_median(cell: dict[str, Any], metric: str) -> float | None:
+    """The median of one metric of a sweep cell (None when not measured); compare reads cells this way too."""
     stats = (cell.get("metrics") or {}).get(metric)
     return float(stats["median"]) if isinstance(stats, dict) else None
 
 
 def accept_value(cell: dict[str, Any]) -> float | None:
+    """A cell's acceptance length: token-weighted, else the per-request median, else the /metrics gauge."""
     metrics = cell.get("metrics") or {}
     if metrics.get("accept_length_weighted") is not None:
         return float(metrics["accept_length_weighted"])
-    value = _median(cell, "accept_length")
-    return value if value is not None else cell.get("server_gauge_accept_length")
+    value = cell_median(cell, "accept_length")
+    if value is not None:
+        return value
+    gauge = cell.get("server_gauge_accept_length")
+    return float(gauge) if gauge is not None else None
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -58,11 +63,11 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
     for cell in summary.get("cells", []):
         m = cell.get("metrics") or {}
         per = m.get("per_request_tok_s") or {}
-        ttft = _median(cell, "ttft_s")
+        ttft = cell_median(cell, "ttft_s")
         spread = f"{_fmt(per.get('p10'))}-{_fmt(per.get('p90'))}" if per else "-"
         lines.append(
-            f"| {cell['context']} | {cell['concurrency']} | {_fmt(_median(cell, 'prompt_tokens'), 0)} | "
-            f"{_fmt(per.get('median'))} | {spread} | {_fmt(_median(cell, 'aggregate_tok_s'))} | "
+            f"| {cell['context']} | {cell['concurrency']} | {_fmt(cell_median(cell, 'prompt_tokens'), 0)} | "
+            f"{_fmt(per.get('median'))} | {spread} | {_fmt(cell_median(cell, 'aggregate_tok_s'))} | "
             f"{_fmt(ttft * 1000 if ttft is not None else None, 0)} | {_fmt(accept_value(cell), 2)} | "
             f"{m.get('errors', 0)} |"
         )
@@ -111,7 +116,10 @@ def plot_sweep(summary: dict[str, Any], out_dir: Path) -> list[Path]:
     for conc in concurrencies:
         xs = [ctx for ctx in contexts if (ctx, conc) in index]
         left.plot(
-            xs, [_median(index[(x, conc)], "per_request_tok_s") for x in xs], marker="o", label=f"conc {conc}"
+            xs,
+            [cell_median(index[(x, conc)], "per_request_tok_s") for x in xs],
+            marker="o",
+            label=f"conc {conc}",
         )
     left.set(
         xscale="log",
@@ -122,7 +130,7 @@ def plot_sweep(summary: dict[str, Any], out_dir: Path) -> list[Path]:
     for ctx in contexts:
         xs = [conc for conc in concurrencies if (ctx, conc) in index]
         right.plot(
-            xs, [_median(index[(ctx, x)], "aggregate_tok_s") for x in xs], marker="o", label=f"ctx {ctx}"
+            xs, [cell_median(index[(ctx, x)], "aggregate_tok_s") for x in xs], marker="o", label=f"ctx {ctx}"
         )
     right.set(
         xscale="log", xlabel="concurrency", ylabel="aggregate output tok/s", title=f"{title}: aggregate"
