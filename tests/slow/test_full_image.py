@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ddtree.fsutil import atomic_write, sha256_file
 from ddtree_build import engine, image
 from ddtree_build.paths import CACHE_DIR, ENV_DIR, REPO_ROOT
 
@@ -46,8 +47,7 @@ def full_image() -> dict:
         "log": str(log),
     }
     out_file = CACHE_DIR / "measurements" / "full-image.json"
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    out_file.write_text(json.dumps(record, indent=2))
+    atomic_write(out_file, json.dumps(record, indent=2))
     print(f"\nfull image: {seconds:.0f} s, {record['size_bytes'] / 1e9:.2f} GB ({out_file})")
     return record
 
@@ -95,8 +95,6 @@ def test_patches_verify_and_selfcheck_pass(full_image: dict) -> None:
 
 
 def test_labels_describe_the_full_stack(full_image: dict) -> None:
-    from ddtree.fsutil import sha256_file
-
     labels = full_image["labels"]
     assert labels["io.ddtree.freeze.sha256"] == sha256_file(ENV_DIR / "freeze.txt")
     assert labels["io.ddtree.target"] == TARGET and labels["io.ddtree.base"] == "bootstrap"
