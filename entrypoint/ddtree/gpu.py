@@ -110,6 +110,12 @@ def check_gpus(
     return gpus
 
 
+def describe(gpus: Sequence[Gpu], tp: int) -> str:
+    """The GPUs a check found, in one line (serve's log and the self-check's detail say the same)."""
+    first = gpus[0]
+    return f"{len(gpus)} x {first.name} (sm {first.compute_cap}, driver {first.driver_version}), TP {tp}"
+
+
 def shm_bytes(path: Path = Path("/dev/shm")) -> int:
     stats = os.statvfs(path)
     return stats.f_frsize * stats.f_blocks

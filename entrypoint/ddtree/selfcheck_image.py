@@ -265,10 +265,8 @@ def gpu_check(ctx: Context) -> CheckResult:
             "start it with GPUs (`ddtree serve` refuses to start without them)"
         )
     found = serve.check_gpu(launch, ctx.environ, lambda argv: gpu.run_nvidia_smi([exe, *argv[1:]]))
-    first = found[0]
     return passed(
-        f"{len(found)} x {first.name} (sm {first.compute_cap}, driver {first.driver_version}), "
-        f"TP {serve.tp_of(launch)}",
+        gpu.describe(found, serve.tp_of(launch)),
         count=len(found),
         gpus=[vars(g) for g in found],
     )

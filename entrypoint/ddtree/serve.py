@@ -286,10 +286,7 @@ def preflight(
         log(f"ok   drafter  {drafter.path}: block size {drafter.block_size}")
     if "gpu" not in skip:
         found = check_gpu(launch, environ, runner)
-        log(
-            f"ok   gpu      {len(found)} x {found[0].name} (sm {found[0].compute_cap}, driver "
-            f"{found[0].driver_version}), TP {tp_of(launch)}"
-        )
+        log(f"ok   gpu      {gpu.describe(found, tp_of(launch))}")
     if "shm" not in skip:
         size = gpu.check_shm(shm_floor(environ))
         log(f"ok   shm      /dev/shm {size / 2**30:.1f} GiB")
