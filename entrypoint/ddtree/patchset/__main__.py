@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from ddtree.errors import UserError, run_command
+from ddtree.errors import run_command
 from ddtree.patchset.verify import verify as verify_tree
 
 
@@ -38,8 +38,7 @@ def run_apply(args: argparse.Namespace) -> int:
 
 def run_verify(args: argparse.Namespace) -> int:
     result = verify_tree(args.root, args.series, args.manifest_dir)
-    if not result.ok:
-        raise UserError(result.summary())
+    result.raise_if_failed()
     print(result.summary())
     return 0
 
