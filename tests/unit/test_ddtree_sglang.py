@@ -227,6 +227,7 @@ def test_explicit_flags_and_block_size_larger_than_the_verify_count(facts: dict)
         ("pp2", "pipeline parallelism is not supported (got --pp-size 2)"),
         ("page16", "--page-size 16 is not supported"),
         ("flashinfer", "resolves to 'flashinfer'"),
+        ("flashinfer_page64", "resolves to 'flashinfer'"),  # the backend is the fix, not the page size
         ("window_too_small", "--speculative-draft-window-size must be >="),
     ],
 )
