@@ -22,7 +22,7 @@ from pathlib import Path
 from ddtree.fsutil import sha256_bytes
 
 from ddtree_build import engine
-from ddtree_build.errors import UserError
+from ddtree_build.errors import UserError, one_line
 from ddtree_build.paths import CACHE_DIR
 
 IMAGE_NAME = "ddtree-base"
@@ -173,7 +173,7 @@ def _docker_import(recipe: Recipe, rootfs: Path, tag: str) -> None:
     tar_code = tar.wait()
     if tar_code != 0 or imported.returncode != 0:
         raise UserError(
-            f"docker import of {rootfs} as {tag} failed: tar exit {tar_code}; {imported.stderr.strip()}"
+            f"docker import of {rootfs} as {tag} failed: tar exit {tar_code}; {one_line(imported.stderr)}"
         )
 
 
@@ -188,7 +188,8 @@ def _smoke_test(tag: str) -> None:
     )
     if out.returncode != 0:
         subprocess.run([engine.docker_cli(), "image", "rm", tag], capture_output=True, check=False)
-        raise UserError(f"base image {tag} fails its smoke test (removed): {out.stderr.strip()[-300:]}")
+        detail = one_line(out.stderr.strip()[-300:])
+        raise UserError(f"base image {tag} fails its smoke test (removed): {detail}")
 
 
 def build_base_image(recipe: Recipe, say: Callable[[str], None]) -> str:

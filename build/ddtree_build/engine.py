@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ddtree.fsutil import atomic_write, sha256_file
 
-from ddtree_build.errors import UserError
+from ddtree_build.errors import UserError, one_line
 from ddtree_build.paths import CACHE_DIR
 
 # What Debian installs for the engine. Recommends (apparmor, needrestart, git, ...) are left out.
@@ -84,10 +84,9 @@ def _run(cmd: Sequence[str], timeout: float = 30) -> subprocess.CompletedProcess
 
 def _tail(path: Path, lines: int = 15) -> str:
     try:
-        text = path.read_text(errors="replace")
+        return one_line(path.read_text(errors="replace"), lines)
     except OSError:
         return f"(no log at {path})"
-    return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ from pathlib import Path
 from ddtree.fsutil import atomic_write, sha256_file
 
 from ddtree_build import engine, render
-from ddtree_build.errors import UserError
+from ddtree_build.errors import UserError, one_line
 from ddtree_build.paths import CACHE_DIR, ENV_DIR, PATCHES_DIR, REPO_ROOT
 
 BASE_CHOICES: tuple[str, ...] = ("auto", *render.BASES)
@@ -195,7 +195,7 @@ def inspect_image(tag: str) -> dict:
         [engine.docker_cli(), "image", "inspect", tag], capture_output=True, text=True, check=False
     )
     if out.returncode != 0:
-        raise UserError(f"docker image inspect {tag} failed: {out.stderr.strip()}")
+        raise UserError(f"docker image inspect {tag} failed: {one_line(out.stderr)}")
     return json.loads(out.stdout)[0]
 
 

@@ -28,7 +28,7 @@ from ddtree.patchset import series as series_mod
 from ddtree.patchset.series import NEW, FileSpec, Patch, Series
 
 from ddtree_build import pristine
-from ddtree_build.errors import UserError
+from ddtree_build.errors import UserError, one_line
 from ddtree_build.paths import PATCHES_DIR, REPO_ROOT
 
 WORK_DIR = REPO_ROOT / ".work" / "patches"
@@ -123,7 +123,7 @@ def _git_cross_check(series: Series, wheel: Path) -> bool:
                     env={**os.environ, "GIT_DIR": str(Path(tmp) / "no-repo")},
                 )
                 if done.returncode != 0:
-                    raise UserError(f"git apply --check rejects {patch.diff}: {done.stderr.strip()}")
+                    raise UserError(f"git apply --check rejects {patch.diff}: {one_line(done.stderr)}")
                 for fp, old in chain.files(patch):
                     chain.contents[fp.path] = udiff.apply_file(old, fp, patch.diff)
     finally:

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from ddtree_build.engine import HOST_CA_BUNDLE
-from ddtree_build.errors import UserError
+from ddtree_build.errors import UserError, one_line
 
 PYPI_INDEX = "https://pypi.org/simple"
 
@@ -62,6 +62,5 @@ def compile_requirements(
         argv = [find_uv(), *shown[1:], "--quiet", str(source), "-o", str(output)]
         done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
         if done.returncode != 0:
-            detail = (done.stderr or done.stdout).strip().splitlines()[-12:]
-            raise UserError("uv pip compile failed: " + " | ".join(line.strip() for line in detail))
+            raise UserError("uv pip compile failed: " + one_line(done.stderr or done.stdout, 12))
         return output.read_text(encoding="utf-8"), shown
