@@ -20,7 +20,6 @@ written only with `--force` and no --out, so a test never overwrites the real on
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import re
 import shlex
@@ -36,6 +35,7 @@ from ddtree.fsutil import atomic_write, sha256_bytes, sha256_file
 from ddtree.lockfile import Pin, parse_pins
 from ddtree.reference import validate_reference
 from ddtree.targets import validate_target
+from ddtree.yamlfile import load_yaml
 
 from ddtree_build import paths, pristine
 from ddtree_build.freeze import render_freeze
@@ -197,7 +197,7 @@ def import_target(
     rel = unit_path.relative_to(pkg).as_posix()
     argv, unit_env = read_unit(unit_path.read_text(encoding="utf-8"), rel)
     launcher, args, extra, host_paths = map_exec_start(argv, rel)
-    data = copy.deepcopy(yaml.safe_load(base_target.read_text(encoding="utf-8")))
+    data = load_yaml(base_target)
     data["name"] = out_path.stem
     data["server_args"] = args
     data["environment"] = {**(data.get("environment") or {}), **unit_env}
@@ -555,7 +555,7 @@ def _place(staging: Path, out: Path, report: ImportReport) -> None:
     old_series = out / "patches" / "series.yaml"
     old_diffs: set[str] = set()
     if old_series.is_file():
-        data = yaml.safe_load(old_series.read_text()) or {}
+        data = load_yaml(old_series) or {}
         old_diffs = {str(p.get("diff")) for p in data.get("patches") or [] if isinstance(p, dict)}
     for path in sorted(staging.rglob("*")):
         if path.is_file():
