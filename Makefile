@@ -36,7 +36,7 @@ engine: venv ## make sure a Docker engine, BuildKit client and compose v2 answer
 base-image: engine ## the registry-free base image (debootstrap + docker import), built once; prints its tag
 	@$(BIN)/ddtree-build base-image
 
-image: engine ## build the image for TARGET (pro6000|b300) on BASE (auto|nvidia|bootstrap)
+image: venv ## build the image for TARGET (pro6000|b300) on BASE (auto|nvidia|bootstrap); it sets up the engine itself
 	@$(BIN)/ddtree-build image --target $(TARGET) --base $(BASE) --tag $(TAG)
 
 render: venv ## re-render the committed Dockerfile
