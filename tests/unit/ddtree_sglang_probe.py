@@ -247,6 +247,60 @@ def _verify_facts() -> dict:
     }
 
 
+def _prepare_facts() -> dict:
+    """DDTreeVerifyInput.prepare_for_verify on a two-request batch: slots from SGLang's real token allocator
+    (CPU), req_to_token rows, and the flat Triton mask against a plain per-row reference."""
+    import torch
+    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.speculative import ddtree_info, dflash_info
+    from sglang.srt.speculative.ddtree_utils import build_ddtree, verify_input_ids
+
+    ddtree_info.assign_req_to_token_pool_func = _assign_req_to_token_reference
+    dflash_info.assign_req_to_token_pool_func = _assign_req_to_token_reference
+    bs, budget = 2, 5
+    size = budget + 1
+    tree = build_ddtree(
+        torch.randn(bs, 3, 16, generator=torch.Generator().manual_seed(3)).log_softmax(-1), budget, 2
+    )
+    allocator = TokenToKVPoolAllocator(64, torch.bfloat16, "cpu", None, False)
+    seq_lens = torch.tensor([4, 6], dtype=torch.int64)
+    req_to_token = torch.full((2, 32), -1, dtype=torch.int32)
+    batch = types.SimpleNamespace(
+        forward_mode=ForwardMode.DECODE,
+        batch_size=lambda: bs,
+        tree_cache=types.SimpleNamespace(token_to_kv_pool_allocator=allocator, is_chunk_cache=lambda: True),
+        req_pool_indices=torch.tensor([1, 0]),
+        req_to_token_pool=types.SimpleNamespace(req_to_token=req_to_token),
+        seq_lens=seq_lens.clone(),
+        seq_lens_cpu=seq_lens.clone(),
+        device="cpu",
+    )
+    spec = ddtree_info.DDTreeVerifyInput(
+        draft_token=verify_input_ids(tree, torch.tensor([7, 8])).reshape(-1),
+        positions=torch.zeros(bs * size, dtype=torch.long),
+        draft_token_num=size,
+        tree=tree,
+    )
+    spec.prepare_for_verify(batch, 1)
+    expect_mask: list[bool] = []
+    for b, prefix in enumerate(seq_lens.tolist()):
+        for i in range(size):
+            expect_mask += [True] * prefix + tree.mask[b, i].tolist()
+    slots = batch.out_cache_loc.tolist()
+    return {
+        "input_ids_are_draft": batch.input_ids is spec.draft_token,
+        "slots": slots,
+        "available_after": allocator.available_size(),
+        "req_to_token_1": req_to_token[1, 4 : 4 + size].tolist(),
+        "req_to_token_0": req_to_token[0, 6 : 6 + size].tolist(),
+        "untouched": int((req_to_token[1, :4] != -1).sum() + (req_to_token[0, :6] != -1).sum()),
+        "mask_equal": spec.custom_mask.tolist() == expect_mask,
+        "mask_len": int(spec.custom_mask.numel()),
+        "mask_is_tree": bool(not tree.mask.all()),
+    }
+
+
 def _topk_facts() -> dict:
     """The worker's vocab-parallel top-k (TP 1) against log_softmax + topk on the full logits."""
     import torch
@@ -420,6 +474,7 @@ def main() -> None:
         _init_single_process_groups(args)
         facts["cuda_graph"] = _cuda_graph_facts(args)
         facts["verify"] = _verify_facts()
+        facts["prepare"] = _prepare_facts()
         facts["topk"] = _topk_facts()
         facts["topk_tp2"] = _tp_facts(2)
     except Exception:

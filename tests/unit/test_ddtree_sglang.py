@@ -284,6 +284,18 @@ def test_verify_keeps_only_the_accepted_chain(facts: dict) -> None:
     assert v["seq_lens"] == [7, 7] and v["seq_lens_sum"] == 14 and v["kv_committed"] == [3, 1]
 
 
+def test_prepare_for_verify_allocates_n_slots_and_the_tree_mask(facts: dict) -> None:
+    """Real token allocator (CPU); request 0 sits in req_to_token row 1 and request 1 in row 0."""
+    p = facts["prepare"]
+    size = 6
+    assert p["input_ids_are_draft"] is True
+    assert p["slots"] == list(range(1, 1 + 2 * size)) and p["available_after"] == 64 - 2 * size
+    assert p["req_to_token_1"] == p["slots"][:size] and p["req_to_token_0"] == p["slots"][size:]
+    assert p["untouched"] == 0, "the cached prefix rows must not be rewritten"
+    assert p["mask_is_tree"] and p["mask_equal"], "flat mask: per request N rows x (prefix + N), prefix True"
+    assert p["mask_len"] == size * (4 + 6) + 2 * size * size
+
+
 def test_vocab_parallel_topk_matches_full_log_softmax(facts: dict) -> None:
     assert facts["topk"]["ids_equal"] is True
     assert facts["topk"]["max_abs_err"] < 1e-4
