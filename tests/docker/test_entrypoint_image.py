@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docker.test_image_build import SITE, TEST_NAME, build_ci_image
+from tests.docker.test_image_build import SITE, TEST_NAME, build_ci_image, docker_run
 from tests.synthetic_weights import write_drafter, write_target
 
 SKIP_HOST = "DDTREE_SKIP_CHECKS=gpu,shm"
@@ -55,12 +55,6 @@ def mounts(target: Path | None, drafter: Path | None) -> list[str]:
     if drafter is not None:
         args += ["-v", f"{drafter}:/models/drafter:ro"]
     return args
-
-
-def docker_run(docker: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [docker, "run", "--rm", "--network=none", *args], capture_output=True, text=True, timeout=timeout
-    )
 
 
 def test_dry_run_prints_the_profile_command(docker: str, tag: str) -> None:

@@ -83,6 +83,11 @@ def _run(docker: str, *args: str, timeout: float = 120) -> subprocess.CompletedP
     return subprocess.run([docker, *args], capture_output=True, text=True, timeout=timeout)
 
 
+def docker_run(docker: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`docker run --rm --network=none ARGS`: the images run offline, as on the build hosts."""
+    return _run(docker, "run", "--rm", "--network=none", *args, timeout=timeout)
+
+
 def test_tags_labels_and_entrypoint(docker: str, ci_image: image.ImageResult) -> None:
     """Labels carry what the build was given; those facts are checked against git and env/ here."""
     args = ci_image.build_args
@@ -121,12 +126,12 @@ def test_tags_labels_and_entrypoint(docker: str, ci_image: image.ImageResult) ->
 
 def test_patch_manifest_is_baked_and_verify_passes_inside(docker: str, ci_image: image.ImageResult) -> None:
     tag = ci_image.tags[0]
-    out = _run(docker, "run", "--rm", "--network=none", "--entrypoint", "python", tag,
-               "-m", "ddtree.patchset", "verify", "--root", SITE)  # fmt: skip
+    out = docker_run(docker, "--entrypoint", "python", tag, "-m", "ddtree.patchset", "verify", "--root", SITE)
     assert out.returncode == 0, out.stdout + out.stderr
     folder = "/opt/ddtree/patch-manifest"
-    manifest = _run(docker, "run", "--rm", "--network=none", "--entrypoint", "cat", tag,
-                    f"{folder}/manifest.json", f"{folder}/MANIFEST.sha256")  # fmt: skip
+    manifest = docker_run(
+        docker, "--entrypoint", "cat", tag, f"{folder}/manifest.json", f"{folder}/MANIFEST.sha256"
+    )
     assert manifest.returncode == 0, manifest.stderr
     data = json.loads(manifest.stdout[: manifest.stdout.rindex("}") + 1])
     assert data["series_digest"] == ci_image.labels["io.ddtree.patches.sha256"]
@@ -135,21 +140,19 @@ def test_patch_manifest_is_baked_and_verify_passes_inside(docker: str, ci_image:
 def test_verify_inside_catches_a_tampered_tree(docker: str, ci_image: image.ImageResult) -> None:
     """The in-image verification can fail: alter a patched file (or, with an empty series, the manifest)."""
     tag = ci_image.tags[0]
-    raw = _run(docker, "run", "--rm", "--network=none", "--entrypoint", "cat", tag,
-               "/opt/ddtree/patch-manifest/manifest.json")  # fmt: skip
+    raw = docker_run(docker, "--entrypoint", "cat", tag, "/opt/ddtree/patch-manifest/manifest.json")
     files = sorted(json.loads(raw.stdout)["files"])
     tamper = (
         f"echo '# tampered' >> {SITE}/{files[0]}" if files else f"rm {SITE}/.ddtree-patchset/manifest.json"
     )
     script = f"{tamper} && python -m ddtree.patchset verify --root {SITE}"
-    out = _run(docker, "run", "--rm", "--network=none", "--entrypoint", "bash", tag, "-c", script)
+    out = docker_run(docker, "--entrypoint", "bash", tag, "-c", script)
     assert out.returncode != 0
     assert (files[0] if files else "manifest") in out.stdout + out.stderr
 
 
 def test_selfcheck_offline_passes_inside(docker: str, ci_image: image.ImageResult) -> None:
-    out = _run(docker, "run", "--rm", "--network=none", "--entrypoint", "ddtree", ci_image.tags[0],
-               "selfcheck", "--offline", "--json")  # fmt: skip
+    out = docker_run(docker, "--entrypoint", "ddtree", ci_image.tags[0], "selfcheck", "--offline", "--json")
     report = json.loads(out.stdout)
     failing = [c for c in report["checks"] if c["status"] in ("fail", "error")]
     assert out.returncode == 0 and not failing, json.dumps(failing or report, indent=1)[-3000:]
@@ -207,15 +210,14 @@ def test_committed_dockerfile_builds_with_a_stand_in_base(
         print(log.read_text()[-5000:])
         raise
     assert "apt-get install" in log.read_text()
-    out = _run(docker, "run", "--rm", "--network=none", "--entrypoint", "bash", tag, "-c",
-               f"ddtree --version && python -m ddtree.patchset verify --root {SITE}")  # fmt: skip
+    script = f"ddtree --version && python -m ddtree.patchset verify --root {SITE}"
+    out = docker_run(docker, "--entrypoint", "bash", tag, "-c", script)
     assert out.returncode == 0 and out.stdout.startswith("ddtree "), out.stdout + out.stderr
     # Reproducibility: an independent build of the same series on the same wheel writes the same manifest.
+    files = ("/opt/ddtree/patch-manifest/manifest.json", "/opt/ddtree/patch-manifest/MANIFEST.sha256")
     manifests = [
-        _run(docker, "run", "--rm", "--network=none", "--entrypoint", "cat", name,
-             "/opt/ddtree/patch-manifest/manifest.json", "/opt/ddtree/patch-manifest/MANIFEST.sha256").stdout
-        for name in (tag, ci_image.image_id)
-    ]  # fmt: skip
+        docker_run(docker, "--entrypoint", "cat", name, *files).stdout for name in (tag, ci_image.image_id)
+    ]
     _run(docker, "image", "rm", tag)
     assert manifests[0] and manifests[0] == manifests[1]
 
