@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -239,12 +238,8 @@ def _cmd_base_image(args: argparse.Namespace) -> int:
     if args.tag_only:
         print(recipe.tag())
         return 0
-
-    def say(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
-    engine.ensure_engine(say)
-    tag = ensure_base_image(say, recipe)
+    engine.ensure_engine(engine.say_stderr)
+    tag = ensure_base_image(engine.say_stderr, recipe)
     if not args.quiet:
         print(tag)
     return 0

@@ -403,11 +403,14 @@ def ensure(say: Callable[[str], None] = print) -> str:
 # ---------------------------------------------------------------- CLI
 
 
-def _cmd_ensure(args: argparse.Namespace) -> int:
-    def say(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
+def say_stderr(msg: str) -> None:
+    """Progress lines of the CLIs: stderr, flushed, so stdout carries only a command's result (a tag, a
+    summary) and a long build shows where it is."""
+    print(msg, file=sys.stderr, flush=True)
 
-    ensure(say)
+
+def _cmd_ensure(args: argparse.Namespace) -> int:
+    ensure(say_stderr)
     return 0
 
 

@@ -17,7 +17,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -296,16 +295,13 @@ def summary(result: ImageResult) -> str:
 
 
 def _cmd_image(args: argparse.Namespace) -> int:
-    def say(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
     result = build(
         args.target,
         args.base,
         args.tag,
         lock=Path(args.lock) if args.lock else None,
         pip_check=None if args.pip_check is None else args.pip_check == "on",
-        say=say,
+        say=engine.say_stderr,
     )
     print(summary(result))
     return 0
