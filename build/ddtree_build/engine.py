@@ -90,16 +90,21 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 
 @contextlib.contextmanager
-def host_lock(name: str) -> Iterator[None]:
-    """Serialise set-up steps across concurrent `make` runs (apt and dockerd do not like twins)."""
-    lock_dir = CACHE_DIR / "locks"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    with open(lock_dir / f"{name}.lock", "w") as handle:
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `path` (made if missing): concurrent processes take turns; the kernel
+    releases it if one dies, so no stale lock is left behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def host_lock(name: str) -> contextlib.AbstractContextManager[None]:
+    """Serialise set-up steps across concurrent `make` runs (apt and dockerd do not like twins)."""
+    return file_lock(CACHE_DIR / "locks" / f"{name}.lock")
 
 
 def is_root() -> bool:

@@ -10,7 +10,6 @@ each file the earlier patches changed. `refresh NAME` diffs every file that diff
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -18,7 +17,6 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +26,7 @@ from ddtree.patchset import series as series_mod
 from ddtree.patchset.series import NEW, FileSpec, Patch, Series
 
 from ddtree_build import pristine
+from ddtree_build.engine import file_lock
 from ddtree_build.errors import UserError, one_line
 from ddtree_build.paths import PATCHES_DIR, REPO_ROOT
 
@@ -138,16 +137,10 @@ def work_dir(name: str) -> Path:
     return WORK_DIR / name
 
 
-@contextlib.contextmanager
-def series_lock() -> Iterator[None]:
-    """Several maintainers share one checkout: serialize read-modify-write of series.yaml."""
-    WORK_DIR.mkdir(parents=True, exist_ok=True)  # git-ignored, shared by everyone using this checkout
-    with open(WORK_DIR / ".series.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+def series_lock() -> contextlib.AbstractContextManager[None]:
+    """Several maintainers share one checkout: serialize read-modify-write of series.yaml. The lock lies in
+    the checkout's git-ignored .work/ (not the cache, which DDTREE_CACHE may move), so all of them see it."""
+    return file_lock(WORK_DIR / ".series.lock")
 
 
 def _apply_in_memory(series: Series, patches: list[Patch], read) -> dict[str, bytes | None]:
