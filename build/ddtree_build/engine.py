@@ -322,6 +322,7 @@ def build_image(
 
 
 def image_exists(tag: str) -> bool:
+    """Whether the engine has `tag` locally (no registry is asked), so a build can be skipped or refused."""
     return _run([docker_cli(), "image", "inspect", "--format", "{{.Id}}", tag]).returncode == 0
 
 

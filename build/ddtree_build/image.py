@@ -190,6 +190,7 @@ def build_secrets(hf_token: str | None, ca_bundle: Path | None = None) -> Iterat
 
 
 def inspect_image(tag: str) -> dict:
+    """`docker image inspect` through the build client, so it asks the engine the build went to."""
     out = subprocess.run(
         [engine.docker_cli(), "image", "inspect", tag], capture_output=True, text=True, check=False
     )

@@ -32,6 +32,8 @@ def _normalized(distribution: str) -> str:
 
 
 def cached_wheel(distribution: str, version: str) -> Path | None:
+    """The cached wheel for PYTHON_VERSION (or a pure one), so a wheel fetched for another interpreter
+    (e.g. by a test) is never taken for the one the series is checked on."""
     py = "cp" + PYTHON_VERSION.replace(".", "")
     found = sorted(wheels_dir().glob(f"{_normalized(distribution)}-{version}-*.whl"))
     preferred = [w for w in found if f"-{py}-" in w.name or "-py3-" in w.name]
@@ -76,6 +78,8 @@ def ensure_wheel(distribution: str, version: str) -> Path:
 
 
 def _download(distribution: str, version: str) -> Path:
+    """`pip download` for PYTHON_VERSION/PLATFORM whatever this host runs (binary only, as pip requires
+    with --platform): PyPI's wheel itself; moved into the cache only when whole."""
     wheels_dir().mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=wheels_dir(), prefix=".download-") as tmp:
         command = [
