@@ -301,6 +301,79 @@ def _prepare_facts() -> dict:
     }
 
 
+def _reference_target_probs(row_logits: list[float], temp: float, top_k: int, top_p: float, min_p: float):
+    """One verify row's target distribution, written from SGLang's torch sampler rules (plain Python)."""
+    import math
+
+    scaled = [x / temp for x in row_logits]
+    top = max(scaled)
+    weights = [math.exp(x - top) for x in scaled]
+    total = sum(weights)
+    probs = [w / total for w in weights]
+    order = sorted(range(len(probs)), key=lambda t: -probs[t])
+    kept, before = set(), 0.0
+    for rank, t in enumerate(order):
+        if rank < top_k and before <= top_p and probs[t] >= min_p * probs[order[0]]:
+            kept.add(t)
+        before += probs[t]
+    mass = sum(probs[t] for t in kept)
+    return [probs[t] / mass if t in kept else 0.0 for t in range(len(probs))]
+
+
+def _sampling_facts() -> dict:
+    """The non-greedy verify path on a mixed batch: target distributions per request settings, and the
+    greedy request of the batch walked exactly as a greedy batch would walk it."""
+    import torch
+    from sglang.srt.speculative import ddtree_info
+    from sglang.srt.speculative.ddtree_utils import build_ddtree, verify_input_ids
+
+    gen = torch.Generator().manual_seed(5)
+    bs, budget, vocab = 3, 6, 12
+    size = budget + 1
+    tree = build_ddtree(torch.randn(bs, 3, vocab, generator=gen).log_softmax(-1), budget, 3)
+    settings = [
+        (1.0, 1, 1.0, 0.0),
+        (0.7, 3, 1.0, 0.0),
+        (1.3, 1 << 30, 0.8, 0.05),
+    ]  # greedy, top-k, top-p+min-p
+    info = types.SimpleNamespace(
+        temperatures=torch.tensor([[t] for t, _, _, _ in settings]),
+        top_ks=torch.tensor([k for _, k, _, _ in settings], dtype=torch.int32),
+        top_ps=torch.tensor([p for _, _, p, _ in settings]),
+        min_ps=torch.tensor([m for _, _, _, m in settings]),
+        need_top_k_sampling=True,
+        need_top_p_sampling=True,
+        need_min_p_sampling=True,
+        is_all_greedy=False,
+    )
+    logits = 2.0 * torch.randn(bs * size, vocab, generator=gen)
+    probs = ddtree_info.target_probs_for_sampling(logits, info, size)
+    err = 0.0
+    for row in range(bs * size):
+        expect = _reference_target_probs(logits[row].tolist(), *settings[row // size])
+        err = max(err, max(abs(a - b) for a, b in zip(probs[row].tolist(), expect, strict=True)))
+    spec = ddtree_info.DDTreeVerifyInput(
+        draft_token=verify_input_ids(tree, torch.zeros(bs, dtype=torch.long)).reshape(-1),
+        positions=torch.zeros(bs * size, dtype=torch.long),
+        draft_token_num=size,
+        tree=tree,
+    )
+    # Make the greedy request's target follow its tree for two levels, so its walk accepts something: the
+    # first node below depth 1 has a depth-1 parent (budget 6 > top-k 3 guarantees one).
+    deep = next(i for i in range(budget) if int(tree.parents[0, i]) >= 0)
+    parent = int(tree.parents[0, deep])
+    logits[0, int(tree.tokens[0, parent])] = 50.0
+    logits[parent + 1, int(tree.tokens[0, deep])] = 50.0
+    walked = spec._walk(logits.clone(), info, bs)
+    greedy = tree.verify_greedy(logits.argmax(dim=-1).view(bs, size))
+    return {
+        "max_abs_err": err,
+        "greedy_rows_one_hot": bool(((probs[:size] == 0) | (probs[:size] == 1)).all()),
+        "greedy_request_walk": [walked[0][0].item(), walked[1][0].tolist(), walked[2][0].item()],
+        "greedy_reference_walk": [greedy[0][0].item(), greedy[1][0].tolist(), greedy[2][0].item()],
+    }
+
+
 def _topk_facts() -> dict:
     """The worker's vocab-parallel top-k (TP 1) against log_softmax + topk on the full logits."""
     import torch
@@ -475,6 +548,7 @@ def main() -> None:
         facts["cuda_graph"] = _cuda_graph_facts(args)
         facts["verify"] = _verify_facts()
         facts["prepare"] = _prepare_facts()
+        facts["sampling"] = _sampling_facts()
         facts["topk"] = _topk_facts()
         facts["topk_tp2"] = _tp_facts(2)
     except Exception:

@@ -296,6 +296,16 @@ def test_prepare_for_verify_allocates_n_slots_and_the_tree_mask(facts: dict) -> 
     assert p["mask_len"] == size * (4 + 6) + 2 * size * size
 
 
+def test_sampling_verify_targets_each_request_and_keeps_greedy_requests_greedy(facts: dict) -> None:
+    """Mixed batch (greedy, top-k at T 0.7, top-p + min-p at T 1.3): each row's target distribution follows
+    the request's settings, and the greedy request walks its tree exactly like a greedy batch."""
+    got = facts["sampling"]
+    assert got["max_abs_err"] < 1e-5
+    assert got["greedy_rows_one_hot"] is True
+    assert got["greedy_request_walk"] == got["greedy_reference_walk"]
+    assert got["greedy_request_walk"][0] >= 1, "the planted path must be accepted"
+
+
 def test_vocab_parallel_topk_matches_full_log_softmax(facts: dict) -> None:
     assert facts["topk"]["ids_equal"] is True
     assert facts["topk"]["max_abs_err"] < 1e-4
