@@ -418,6 +418,45 @@ class _GlooTpGroup:
         dist.all_gather(parts, inp)
         out.copy_(torch.cat(parts))
 
+    def broadcast(self, tensor, src: int = 0):
+        import torch.distributed as dist
+
+        dist.broadcast(tensor, src=src)
+        return tensor
+
+
+def _tp_rank_walk(rank: int, world: int) -> tuple[list, list]:
+    """Sampling verify on one TP rank whose coins differ from the other ranks' (seed 100 + rank): (the walk
+    this rank alone would take, the walk verify applies after its TP broadcast)."""
+    import torch
+    from sglang.srt.speculative import ddtree_info
+    from sglang.srt.speculative.ddtree_utils import build_ddtree, verify_input_ids
+
+    ddtree_info.get_tp_group = lambda: _GlooTpGroup(world)
+    gen = torch.Generator().manual_seed(9)
+    bs, budget, vocab = 16, 6, 8
+    size = budget + 1
+    tree = build_ddtree(torch.randn(bs, 3, vocab, generator=gen).log_softmax(-1), budget, 3)
+    logits = torch.randn(bs * size, vocab, generator=gen)
+    info = types.SimpleNamespace(
+        temperatures=torch.ones(bs, 1),
+        is_all_greedy=False,
+        need_top_k_sampling=False,
+        need_top_p_sampling=False,
+        need_min_p_sampling=False,
+    )
+    spec = ddtree_info.DDTreeVerifyInput(
+        draft_token=verify_input_ids(tree, torch.zeros(bs, dtype=torch.long)).reshape(-1),
+        positions=torch.zeros(bs * size, dtype=torch.long),
+        draft_token_num=size,
+        tree=tree,
+    )
+    torch.manual_seed(100 + rank)
+    local = tree.verify_sampling(ddtree_info.target_probs_for_sampling(logits, info, size).view(bs, size, -1))
+    torch.manual_seed(100 + rank)
+    applied = spec._walk(logits, info, bs)
+    return [t.tolist() for t in local], [t.tolist() for t in applied]
+
 
 def _tp_rank_topk(rank: int, world: int, port: int, queue) -> None:
     """One TP rank holding a vocab shard: the worker's top-k vs log_softmax + topk over the full vocab."""
@@ -444,7 +483,10 @@ def _tp_rank_topk(rank: int, world: int, port: int, queue) -> None:
     head = types.SimpleNamespace(weight=weight[rank * part : (rank + 1) * part], shard_indices=shard)
     vals, ids = worker._draft_topk_from_vocab_parallel_head(hidden_states=hs, lm_head=head, chunk_size=4)
     ref_vals, ref_ids = torch.topk(torch.log_softmax(hs @ weight.T, dim=-1), k, dim=-1)
-    queue.put((rank, ids.tolist(), bool(torch.equal(ids, ref_ids)), float((vals - ref_vals).abs().max())))
+    walk = _tp_rank_walk(rank, world)
+    queue.put(
+        (rank, ids.tolist(), bool(torch.equal(ids, ref_ids)), float((vals - ref_vals).abs().max()), walk)
+    )
     dist.destroy_process_group()
 
 
@@ -469,6 +511,9 @@ def _tp_facts(world: int = 2) -> dict:
         "all_equal_reference": all(r[2] for r in results),
         "same_on_all_ranks": all(r[1] == results[0][1] for r in results),
         "max_abs_err": max(r[3] for r in results),
+        "walk_same_on_all_ranks": all(r[4][1] == results[0][4][1] for r in results),
+        "walk_is_rank0s": results[0][4][1] == results[0][4][0],
+        "ranks_drew_differently": any(r[4][0] != results[0][4][0] for r in results),
     }
 
 

@@ -319,6 +319,13 @@ def test_vocab_parallel_topk_merges_across_two_tp_ranks(facts: dict) -> None:
     assert tp["max_abs_err"] < 1e-4
 
 
+def test_sampling_verify_applies_rank_0s_walk_on_every_tp_rank(facts: dict) -> None:
+    """Two gloo ranks drawing different coins: verify applies rank 0's walk (accept length, path, bonus)."""
+    tp = facts["topk_tp2"]
+    assert tp["ranks_drew_differently"], "the ranks' own walks must differ, or the broadcast is not exercised"
+    assert tp["walk_same_on_all_ranks"] and tp["walk_is_rank0s"], tp
+
+
 def test_drafter_path_is_required(facts: dict) -> None:
     got = facts["args_no_drafter"]
     assert got.get("error") == "ValueError" and "--speculative-draft-model-path" in got["message"], got
