@@ -5,7 +5,7 @@
 Columns (microseconds per step, CUDA events; eager includes the host's launch time):
   eager    build_ddtree + verify_greedy, launched op by op
   graph    the same, replayed from a CUDA graph
-  g_topk   graph: per-depth top-k over the vocabulary alone (draft_topk)
+  g_topk   graph: per-depth top-k over the vocabulary alone (draft_topk: Triton kernels on CUDA)
   g_tree   graph: build_ddtree_from_topk + verify_greedy (the tree part alone)
   g_samp   graph: build_ddtree + verify_sampling with target_probs [bs, N, vocab] (temperature > 0)
 The module is read from the patch series (patches/), i.e. exactly what the image gets.
@@ -113,11 +113,25 @@ def count_kernels(fn: Callable[[], object]) -> int:
 
 
 def compare_topk(du, bs: int, topk: int, depth: int, vocab: int, iters: int) -> dict:
-    """Graph latency of one direct torch.topk per depth row against draft_topk's choice."""
+    """Graph latency of the per-depth top-k three ways: torch.topk + merge, the torch path, the kernels."""
     lp = torch.randn(bs, depth, vocab, device="cuda").log_softmax(-1)
-    direct = time_graph(lambda: du.merge_topk(*torch.topk(lp, topk, dim=-1, sorted=False)), iters)
-    chosen = time_graph(lambda: du.draft_topk(lp, topk), iters)
-    return {"bs": bs, "direct_topk_us": direct, "draft_topk_us": chosen}
+    flat = lp.reshape(-1, vocab)
+
+    def direct():
+        return du.merge_topk(*torch.topk(lp, topk, dim=-1, sorted=False))
+
+    def worker_torch():  # what the worker did before the kernels: logsumexp + topk + merge
+        values, index = torch.topk(flat, topk, dim=-1, sorted=False)
+        return du.merge_topk(values, index), torch.logsumexp(flat, dim=-1)
+
+    return {
+        "bs": bs,
+        "direct_topk_us": time_graph(direct, iters),
+        "torch_path_us": time_graph(lambda: du._draft_topk_torch(lp, topk), iters),
+        "draft_topk_us": time_graph(lambda: du.draft_topk(lp, topk), iters),
+        "worker_torch_us": time_graph(worker_torch, iters),
+        "worker_kernels_us": time_graph(lambda: du.vocab_topk_logsumexp(flat, topk), iters),
+    }
 
 
 def main() -> int:
@@ -149,12 +163,17 @@ def main() -> int:
                 f"{row['kernels_per_greedy_step']:>8}",
                 flush=True,
             )
-    print("top-k over the vocabulary, graphed: one torch.topk vs draft_topk (two-stage when it applies)")
+    kernels = "Triton kernels" if du._kernels() is not None else "NO Triton: torch paths"
+    print(f"top-k over the vocabulary, graphed, us ({kernels}):")
+    print("  draft_topk: torch.topk + merge | chunked torch path | draft_topk;"
+          "  worker: logsumexp + topk + merge | vocab_topk_logsumexp")  # fmt: skip
     sizes = sorted({1, max(args.bs)})
     topk_rows = [compare_topk(du, b, args.topk, args.depth, args.vocab, args.iters) for b in sizes]
-    for row in topk_rows:
-        direct, chosen = row["direct_topk_us"], row["draft_topk_us"]
-        print(f"  bs {row['bs']:>3}: direct {direct:.1f} us, draft_topk {chosen:.1f} us")
+    for r in topk_rows:
+        print(
+            f"  bs {r['bs']:>3}: draft_topk {r['direct_topk_us']:.1f} | {r['torch_path_us']:.1f} | "
+            f"{r['draft_topk_us']:.1f};  worker {r['worker_torch_us']:.1f} | {r['worker_kernels_us']:.1f}"
+        )
     if args.json:
         args.json.write_text(json.dumps({"steps": rows, "topk": topk_rows}, indent=1) + "\n")
     return 0

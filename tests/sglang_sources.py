@@ -3,13 +3,19 @@
 A module such as sglang/srt/speculative/ddtree_utils.py exists only as a new-file diff in the series
 (`--- /dev/null`, `+++ b/PATH`). `new_file_text` finds the patch whose `files` list the path, takes that
 file's single hunk and returns its '+' lines; `import_new_module` loads the text as a standalone module
-(it must import only what the test environment has, e.g. torch and the standard library).
+(it must import only what the test environment has, e.g. torch and the standard library). The module is
+written into a temporary package together with the series' other new files of its folder, so that its
+lazy relative imports work (ddtree_utils loads ddtree_kernels on CUDA) and Triton can read kernel source.
 """
 
 from __future__ import annotations
 
+import atexit
+import importlib
 import importlib.util
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -56,20 +62,46 @@ def new_file_text(path: str, series: Path = SERIES) -> str:
     return "".join(body)
 
 
+def created_files(series: Path = SERIES) -> list[str]:
+    """Paths of the files the series creates (`pre: new` in series.yaml), in series order."""
+    data = yaml.safe_load(series.read_text(encoding="utf-8")) or {}
+    return [
+        spec["path"]
+        for patch in data.get("patches") or []
+        for spec in patch.get("files") or []
+        if spec.get("pre") == "new"
+    ]
+
+
 def import_new_module(path: str, name: str | None = None, series: Path = SERIES) -> ModuleType:
-    """Import the created file as a module (cached in sys.modules under `name`)."""
+    """Import the created file as a module (cached in sys.modules under `name`).
+
+    The file and its created siblings (same folder) are written into a temporary package `<name>_package`;
+    only `path` is imported, so siblings that need SGLang are written but never loaded.
+    """
     name = name or "series_" + Path(path).stem
     if name in sys.modules:
         return sys.modules[name]
-    source = new_file_text(path, series)
-    spec = importlib.util.spec_from_loader(name, loader=None, origin=f"{series.parent}:{path}")
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    module.__file__ = f"<series:{path}>"
-    sys.modules[name] = module
+    scratch = Path(tempfile.mkdtemp(prefix="ddtree-series-"))
+    atexit.register(shutil.rmtree, scratch, True)
+    package = f"{name}_package"
+    root = scratch / package
+    root.mkdir()
+    (root / "__init__.py").write_text("", encoding="utf-8")
+    folder = Path(path).parent
+    for created in created_files(series):
+        if Path(created).parent == folder:
+            (root / Path(created).name).write_text(new_file_text(created, series), encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(
+        package, root / "__init__.py", submodule_search_locations=[str(root)]
+    )
+    assert spec is not None and spec.loader is not None
+    sys.modules[package] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sys.modules[package])
     try:
-        exec(compile(source, f"<series:{path}>", "exec"), module.__dict__)
+        module = importlib.import_module(f"{package}.{Path(path).stem}")
     except BaseException:
-        del sys.modules[name]
+        del sys.modules[package]
         raise
+    sys.modules[name] = module
     return module

@@ -116,3 +116,27 @@ def test_cuda_graph_replay_equals_eager(du: ModuleType, bs, budget, topk, depth,
         for replayed, expected in zip(outputs, eager, strict=True):
             assert torch.equal(replayed, expected)
         assert int(eager[6].max()) > 0  # some request accepted draft nodes
+
+
+def test_triton_kernels_are_used_on_cuda(du: ModuleType) -> None:
+    """The device has Triton: draft_topk and vocab_topk_logsumexp must take the kernel path there."""
+    scores = torch.randn(2, 163840, device=DEVICE)
+    assert du._kernels_for(scores, 4) is not None, "ddtree_kernels did not load beside ddtree_utils"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("vocab", [163840, 20480, 5000])
+def test_triton_topk_equals_torch_paths(du: ModuleType, dtype, vocab: int) -> None:
+    gen = torch.Generator(device=DEVICE).manual_seed(vocab)
+    lp = (3 * torch.randn(4, 7, vocab, device=DEVICE, generator=gen)).log_softmax(-1).to(dtype)
+    ties = torch.randint(0, 3, (4, 7, vocab), device=DEVICE, generator=gen).to(dtype)
+    for scores in (lp, ties):
+        for k in (1, 4, 8):
+            got = du.draft_topk(scores, k)
+            want = du._draft_topk_torch(scores, k)
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        flat = scores.reshape(-1, vocab)
+        values, index, lse = du.vocab_topk_logsumexp(flat, 4)
+        ref_values, ref_index = torch.sort(flat.float(), dim=-1, descending=True, stable=True)
+        assert torch.equal(values, ref_values[:, :4]) and torch.equal(index, ref_index[:, :4])
+        torch.testing.assert_close(lse, torch.logsumexp(flat.float(), dim=-1), rtol=1e-5, atol=1e-4)

@@ -1,0 +1,111 @@
+"""DDTree's Triton top-k + log-sum-exp kernels (patches: sglang/srt/speculative/ddtree_kernels.py) on CPU.
+
+Triton's interpreter (TRITON_INTERPRET=1) runs the real kernel source from the patch text on CPU tensors,
+with the pinned triton 3.6.0 from the CPU sglang environment (test_ddtree_sglang.py builds it). The same
+kernels compiled for a GPU are checked on the device by tests/gpu/test_ddtree_core_gpu.py.
+Reference: a stable descending torch.sort (value desc, ties by index asc) and torch.logsumexp.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.sglang_sources import import_new_module, new_file_text
+from tests.unit.test_ddtree_sglang import sglang_cpu_path  # noqa: F401  (fixture)
+
+KERNELS = "sglang/srt/speculative/ddtree_kernels.py"
+CHECK = r"""
+import json, sys, torch
+import ddtree_kernels as dk
+
+def reference(x, k):
+    values, index = torch.sort(x.float(), dim=-1, descending=True, stable=True)
+    return values[:, :k], index[:, :k], torch.logsumexp(x.float(), dim=-1)
+
+gen = torch.Generator().manual_seed(0)
+cases = {
+    "kimi_vocab_k4": (torch.randn(3, 163840, generator=gen), 4),
+    "short_last_tile": (torch.randn(2, 4097, generator=gen), 8),
+    "one_tile": (torch.randn(5, 1000, generator=gen), 3),
+    "k16_tp8_shard": (torch.randn(2, 20480, generator=gen), 16),
+    "k_equals_vocab": (torch.randn(1, 5, generator=gen), 5),
+    "heavy_ties": (torch.randint(0, 3, (4, 9000), generator=gen).float(), 8),
+    "bf16": (torch.randn(3, 6000, generator=gen).to(torch.bfloat16), 4),
+    "strided_rows": (torch.randn(3, 8, 7000, generator=gen)[:, 2, :], 4),
+}
+minus_inf = torch.full((2, 5000), float("-inf"))
+minus_inf[0, 4999] = 0.0
+cases["minus_inf"] = (minus_inf, 4)
+result = {}
+for name, (x, k) in cases.items():
+    values, index, lse = dk.topk_logsumexp(x, k)
+    ref_values, ref_index, ref_lse = reference(x, k)
+    result[name] = {
+        "values": torch.equal(values, ref_values),
+        "index": torch.equal(index, ref_index),
+        "index_dtype": str(index.dtype),
+        "lse": bool(torch.allclose(lse, ref_lse, rtol=1e-5, atol=1e-4)),
+    }
+try:
+    dk.topk_logsumexp(torch.zeros(2, 10), 11)
+    result["k_too_large"] = "no error"
+except ValueError as exc:
+    result["k_too_large"] = str(exc)
+print("KERNEL-CHECK " + json.dumps(result))
+"""
+
+
+@pytest.fixture(scope="module")
+def kernel_results(sglang_cpu_path: str, tmp_path_factory: pytest.TempPathFactory) -> dict:  # noqa: F811
+    folder = tmp_path_factory.mktemp("kernels")
+    (folder / "ddtree_kernels.py").write_text(new_file_text(KERNELS), encoding="utf-8")
+    env = {
+        **os.environ,
+        "TRITON_INTERPRET": "1",
+        "PYTHONPATH": os.pathsep.join([str(folder), sglang_cpu_path]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", CHECK], capture_output=True, text=True, env=env, timeout=600, cwd=folder
+    )
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("KERNEL-CHECK ")]
+    assert lines, f"kernel check printed nothing (rc {done.returncode}):\n{done.stderr[-3000:]}"
+    return json.loads(lines[-1].removeprefix("KERNEL-CHECK "))
+
+
+CASES = ["kimi_vocab_k4", "short_last_tile", "one_tile", "k16_tp8_shard", "k_equals_vocab", "heavy_ties",
+         "bf16", "strided_rows", "minus_inf"]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_topk_and_logsumexp_equal_the_sort_reference(kernel_results: dict, case: str) -> None:
+    got = kernel_results[case]
+    assert got == {"values": True, "index": True, "index_dtype": "torch.int64", "lse": True}
+
+
+def test_k_beyond_the_limit_is_a_clear_error(kernel_results: dict) -> None:
+    assert "needs 1 <= k <= min(32, 10), got 11" in kernel_results["k_too_large"]
+
+
+def test_kernel_module_is_in_the_series_beside_ddtree_utils() -> None:
+    text = new_file_text(KERNELS)
+    assert "def topk_logsumexp(" in text and "@triton.jit" in text
+    utils = new_file_text("sglang/srt/speculative/ddtree_utils.py")
+    assert 'importlib.import_module(f"{__package__}.ddtree_kernels")' in utils
+
+
+def test_torch_fallback_of_vocab_topk_logsumexp_orders_ties_by_index() -> None:
+    """Off CUDA, ddtree_utils.vocab_topk_logsumexp is torch.topk + merge_topk + logsumexp: same contract."""
+    import torch
+
+    du = import_new_module("sglang/srt/speculative/ddtree_utils.py", "series_ddtree_utils")
+    gen = torch.Generator().manual_seed(3)
+    scores = torch.randint(0, 4, (6, 3000), generator=gen).float()
+    values, index, lse = du.vocab_topk_logsumexp(scores, 5)
+    ref_values, ref_index = torch.sort(scores, dim=-1, descending=True, stable=True)
+    assert torch.equal(values, ref_values[:, :5]) and torch.equal(index, ref_index[:, :5])
+    assert torch.allclose(lse, torch.logsumexp(scores, dim=-1))
