@@ -19,9 +19,10 @@ from tests.sglang_sources import import_new_module, new_file_text
 from tests.unit.test_ddtree_sglang import sglang_cpu_path  # noqa: F401  (fixture)
 
 KERNELS = "sglang/srt/speculative/ddtree_kernels.py"
+UTILS = "sglang/srt/speculative/ddtree_utils.py"
 CHECK = r"""
 import json, sys, torch
-import ddtree_kernels as dk
+from ddt import ddtree_kernels as dk, ddtree_utils as du
 
 def reference(x, k):
     values, index = torch.sort(x.float(), dim=-1, descending=True, stable=True)
@@ -56,6 +57,36 @@ try:
     result["k_too_large"] = "no error"
 except ValueError as exc:
     result["k_too_large"] = str(exc)
+
+# The tree build kernel against ddtree_utils' torch path (CPU tensors take the torch path there).
+trees = {
+    "pro6000_b8_k4_d7": (2, 8, 4, 7, 1000),
+    "b16_k4_d7": (3, 16, 4, 7, 500),
+    "b32_k4_d7": (1, 32, 4, 7, 300),
+    "b64_k4_d3": (2, 64, 4, 3, 100),
+    "b16_k2_d15": (2, 16, 2, 15, 64),
+    "topk1_chain": (2, 8, 1, 4, 50),
+    "padding_vocab3": (2, 16, 4, 2, 3),
+}
+names = ["tokens", "parents", "verify_depth", "scores", "valid", "mask", "path"]
+for name, (bs, budget, topk, depth, vocab) in trees.items():
+    for variant in ("random", "ties"):
+        if variant == "random":
+            lp = (3 * torch.randn(bs, depth, vocab, generator=gen)).log_softmax(-1)
+        else:
+            lp = torch.randint(-3, 0, (bs, depth, vocab), generator=gen).float()
+        values, ids = du.draft_topk(lp, topk, budget)
+        tree = du.build_ddtree_from_topk(values, ids, budget)
+        plan = du._plan(budget, values.shape[-1], depth, values.device)
+        got = dk.build_tree(values, ids, plan.term_index, plan.cand_info, plan.cand_ancestors, budget,
+                            plan.num_real)
+        want = (tree.tokens, tree.parents, tree.verify_depth, tree.scores, tree.valid.expand(bs, budget),
+                tree.mask, tree.path)
+        result[f"tree_{name}_{variant}"] = {
+            "padding": plan.has_padding,
+            "differ": [n for n, g, w in zip(names, got, want)
+                       if g.dtype != w.dtype or g.shape != w.shape or not torch.equal(g, w)],
+        }
 print("KERNEL-CHECK " + json.dumps(result))
 """
 
@@ -63,7 +94,11 @@ print("KERNEL-CHECK " + json.dumps(result))
 @pytest.fixture(scope="module")
 def kernel_results(sglang_cpu_path: str, tmp_path_factory: pytest.TempPathFactory) -> dict:  # noqa: F811
     folder = tmp_path_factory.mktemp("kernels")
-    (folder / "ddtree_kernels.py").write_text(new_file_text(KERNELS), encoding="utf-8")
+    package = folder / "ddt"
+    package.mkdir()
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    (package / "ddtree_kernels.py").write_text(new_file_text(KERNELS), encoding="utf-8")
+    (package / "ddtree_utils.py").write_text(new_file_text(UTILS), encoding="utf-8")
     env = {
         **os.environ,
         "TRITON_INTERPRET": "1",
@@ -87,6 +122,26 @@ def test_topk_and_logsumexp_equal_the_sort_reference(kernel_results: dict, case:
     assert got == {"values": True, "index": True, "index_dtype": "torch.int64", "lse": True}
 
 
+TREES = [
+    "pro6000_b8_k4_d7",
+    "b16_k4_d7",
+    "b32_k4_d7",
+    "b64_k4_d3",
+    "b16_k2_d15",
+    "topk1_chain",
+    "padding_vocab3",
+]
+PADDED = {"topk1_chain", "padding_vocab3"}  # fewer candidate paths than the budget: padding nodes
+
+
+@pytest.mark.parametrize("variant", ["random", "ties"])
+@pytest.mark.parametrize("case", TREES)
+def test_tree_build_kernel_equals_the_torch_build(kernel_results: dict, case: str, variant: str) -> None:
+    got = kernel_results[f"tree_{case}_{variant}"]
+    assert got["differ"] == [], f"fields that differ from build_ddtree_from_topk: {got['differ']}"
+    assert got["padding"] is (case in PADDED)
+
+
 def test_k_beyond_the_limit_is_a_clear_error(kernel_results: dict) -> None:
     assert "needs 1 <= k <= min(32, 10), got 11" in kernel_results["k_too_large"]
 
@@ -102,7 +157,7 @@ def test_torch_fallback_of_vocab_topk_logsumexp_orders_ties_by_index() -> None:
     """Off CUDA, ddtree_utils.vocab_topk_logsumexp is torch.topk + merge_topk + logsumexp: same contract."""
     import torch
 
-    du = import_new_module("sglang/srt/speculative/ddtree_utils.py", "series_ddtree_utils")
+    du = import_new_module(UTILS, "series_ddtree_utils")
     gen = torch.Generator().manual_seed(3)
     scores = torch.randint(0, 4, (6, 3000), generator=gen).float()
     values, index, lse = du.vocab_topk_logsumexp(scores, 5)
