@@ -87,6 +87,19 @@ for name, (bs, budget, topk, depth, vocab) in trees.items():
             "differ": [n for n, g, w in zip(names, got, want)
                        if g.dtype != w.dtype or g.shape != w.shape or not torch.equal(g, w)],
         }
+        # Greedy verification kernel vs the torch walk, the target agreeing with the drafter's top-1 80%.
+        depth_n = torch.cat([tree.depth.new_zeros(bs, 1), tree.depth], dim=1)
+        top1 = lp.argmax(-1).gather(1, depth_n.clamp(max=depth - 1))
+        agree = torch.rand(bs, budget + 1, generator=gen) < 0.8
+        target = torch.where(agree, top1, torch.randint(0, vocab, (bs, budget + 1), generator=gen))
+        want = tree.verify_greedy(target)
+        got = dk.verify_greedy(tree.tokens, tree.parents, target, tree.mask, tree.path, tree.verify_depth,
+                               tree.valid if tree.has_padding else None)
+        result[f"verify_{name}_{variant}"] = {
+            "differ": [n for n, g, w in zip(["accept_len", "accept_idx", "bonus"], got, want)
+                       if g.dtype != w.dtype or not torch.equal(g, w)],
+            "max_accept": int(want[0].max()),
+        }
 print("KERNEL-CHECK " + json.dumps(result))
 """
 
@@ -140,6 +153,18 @@ def test_tree_build_kernel_equals_the_torch_build(kernel_results: dict, case: st
     got = kernel_results[f"tree_{case}_{variant}"]
     assert got["differ"] == [], f"fields that differ from build_ddtree_from_topk: {got['differ']}"
     assert got["padding"] is (case in PADDED)
+
+
+@pytest.mark.parametrize("variant", ["random", "ties"])
+@pytest.mark.parametrize("case", TREES)
+def test_greedy_verify_kernel_equals_the_torch_walk(kernel_results: dict, case: str, variant: str) -> None:
+    got = kernel_results[f"verify_{case}_{variant}"]
+    assert got["differ"] == [], f"outputs that differ from verify_greedy: {got['differ']}"
+
+
+def test_greedy_verify_cases_accept_draft_nodes(kernel_results: dict) -> None:
+    accepted = [kernel_results[f"verify_{case}_random"]["max_accept"] for case in TREES]
+    assert max(accepted) >= 3, f"the cases barely exercise acceptance: {accepted}"
 
 
 def test_k_beyond_the_limit_is_a_clear_error(kernel_results: dict) -> None:
