@@ -245,6 +245,68 @@ def write_models(folder: Path, settings: SmokeSettings) -> tuple[Path, Path]:
     return target_dir, drafter_dir
 
 
+def _byte_symbols() -> list[str]:
+    """GPT-2's byte-level alphabet: byte b -> a printable character (what tokenizers' ByteLevel expects)."""
+    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    extra = iter(range(0x100, 0x200))
+    return [chr(b) if b in printable else chr(next(extra)) for b in range(256)]
+
+
+def write_tokenizer(folder: Path) -> None:
+    """A byte-level tokenizer for the tiny vocabulary (token id = UTF-8 byte), beside a model's config.
+
+    The smoke test needs none (it sends token ids to servers started with --skip-tokenizer-init); tools
+    that send text (`ddtree selfcheck --live`) or build prompts of an exact length (`ddtree bench`) need
+    one. Bytes 0xFE and 0xFF never occur in UTF-8, so their ids are free for EOS (254) and the drafter's
+    mask token (255, named "<|MASK|>", DFlash's default name, so SGLang's check that the tokenizer's id
+    for it equals dflash_config.mask_token_id agrees). Plain JSON: writing it needs only the stdlib.
+    """
+    symbols = _byte_symbols()
+    special = {EOS_ID: "<|endoftext|>", MASK_ID: "<|MASK|>"}
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
+    tokenizer = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {
+                "id": i,
+                "content": text,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+            for i, text in special.items()
+        ],
+        "normalizer": None,
+        "pre_tokenizer": byte_level,
+        "post_processor": None,
+        "decoder": byte_level,
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": {symbols[b]: b for b in range(REAL_TOKENS)},
+            "merges": [],
+        },
+    }
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "eos_token": special[EOS_ID],
+        "model_max_length": 8192,  # set: without it /v1/tokenize fails on 0.5.13.post1 (see bench.prompts)
+        "clean_up_tokenization_spaces": False,
+    }
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False))
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
+
+
 # ---------------------------------------------------------------------------------------- the server
 
 
@@ -285,14 +347,22 @@ def mode_args(mode: str, drafter: Path, settings: SmokeSettings) -> list[str]:
 class Server:
     """One SGLang server process on a free port; its log goes to a file that the report quotes."""
 
-    def __init__(self, target: Path, args: list[str], log_path: Path, settings: SmokeSettings):
+    def __init__(
+        self,
+        target: Path,
+        args: list[str],
+        log_path: Path,
+        settings: SmokeSettings,
+        skip_tokenizer_init: bool = True,
+    ):
         self.port = settings.port or _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.client = Client(self.url, timeout=300)
         self.log_path = log_path
         cmd = [
             sys.executable, "-m", "sglang.launch_server", "--model-path", str(target),
-            "--skip-tokenizer-init", "--attention-backend", "triton", "--mem-fraction-static", "0.2",
+            *(["--skip-tokenizer-init"] if skip_tokenizer_init else []),
+            "--attention-backend", "triton", "--mem-fraction-static", "0.2",
             "--cuda-graph-max-bs", "32", "--max-running-requests", "32", "--port", str(self.port),
             "--random-seed", str(settings.seed), *args, *settings.extra_server_args,
         ]  # fmt: skip
@@ -330,6 +400,22 @@ class Server:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         self._log.close()
+
+
+def start_ddtree_server(
+    target: Path, drafter: Path, settings: SmokeSettings, log_path: Path, skip_tokenizer_init: bool = True
+) -> tuple[Server, float]:
+    """One DDTREE server with the smoke test's flags, ready (seconds it took); stopped again if not ready.
+
+    For tools run against a live tiny server (tests/gpu/live_tiny.py); the smoke test itself runs modes
+    through run_mode.
+    """
+    server = Server(target, mode_args("ddtree", drafter, settings), log_path, settings, skip_tokenizer_init)
+    try:
+        return server, server.wait_ready()
+    except BaseException:
+        server.stop()
+        raise
 
 
 # ---------------------------------------------------------------------------------------- the requests

@@ -4,8 +4,18 @@
 #   1. apply the project's patch series to /tmp/site with the in-image patch engine, and verify it;
 #   2. tests/gpu/test_ddtree_triton_mask.py: Triton tree-mask verify attention vs torch, eager and graphed;
 #   3. `ddtree selfcheck --smoke`: tiny target + drafter served three times (baseline, DFLASH, DDTREE with the
-#      pro6000 profile's block size, budget, top-k and window), greedy equality, acceptance, temperature test.
-# usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|all]
+#      pro6000 profile's block size, budget, top-k and window), greedy equality, acceptance, temperature test;
+#   4. live (tests/gpu/live_tiny.py): the same tiny models (plus a byte-level tokenizer) behind ONE DDTREE server
+#      (smoke's DDTREE flags, CUDA graphs on), then, as a user would run them:
+#        ddtree bench --url URL --api generate --tokenizer TARGET_DIR --contexts 128,1024 --concurrency 1,4
+#          --max-tokens 48 --repeats 1 --warmup 1 --no-plots --quiet --label tiny-ddtree --out $OUT/live/bench
+#        ddtree selfcheck --live URL --max-tokens 128
+#      selfcheck --live exits 0 REPRODUCED, 1 DEGRADED or FAILED, 2 COULD NOT RUN; a tiny model is judged
+#      against the Kimi K2.6 reference, so DEGRADED/FAILED is expected and fine. live_tiny.py exits 1 only
+#      when a command crashed: bench exiting non-zero or printing a traceback; selfcheck --live printing a
+#      traceback, exiting other than 0/1, or printing no verdict. It exits 2 when the server never got ready.
+#      Server logs, bench results and both outputs land in $OUT/live. About 1.5-2.5 minutes.
+# usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|live|all]
 set -u
 export PYTHONPATH=$PWD/entrypoint:/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -28,5 +38,13 @@ if [ "$what" = all ] || [ "$what" = smoke ]; then
   rc=$((rc | src))
   echo "smoke: exit $src after $((SECONDS - t)) s"
   grep -hE "Traceback|Error|DDTREE|DFLASH draft runner|Capture cuda graph" "$OUT"/server-*.log 2>/dev/null | sort | uniq -c | head -20
+fi
+if [ "$what" = all ] || [ "$what" = live ]; then
+  t=$SECONDS
+  python3 tests/gpu/live_tiny.py --out "$OUT/live"
+  lrc=$?
+  rc=$((rc | lrc))
+  echo "live: exit $lrc after $((SECONDS - t)) s"
+  grep -hE "Traceback|Error|DDTREE|DFLASH draft runner|Capture cuda graph" "$OUT"/live/server-live-*.log 2>/dev/null | sort | uniq -c | head -20
 fi
 exit $rc
