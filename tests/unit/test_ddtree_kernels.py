@@ -12,8 +12,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
+from ddtree_build.paths import REPO_ROOT
 
 from tests.sglang_sources import import_new_module, new_file_text
 from tests.unit.test_ddtree_sglang import sglang_cpu_path  # noqa: F401  (fixture)
@@ -105,20 +108,30 @@ print("KERNEL-CHECK " + json.dumps(result))
 
 
 @pytest.fixture(scope="module")
-def kernel_results(sglang_cpu_path: str, tmp_path_factory: pytest.TempPathFactory) -> dict:  # noqa: F811
-    folder = tmp_path_factory.mktemp("kernels")
-    package = folder / "ddt"
+def kernel_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A package `ddt` holding the patch series' ddtree_kernels.py and ddtree_utils.py."""
+    package = tmp_path_factory.mktemp("kernels") / "ddt"
     package.mkdir()
     (package / "__init__.py").write_text("", encoding="utf-8")
     (package / "ddtree_kernels.py").write_text(new_file_text(KERNELS), encoding="utf-8")
     (package / "ddtree_utils.py").write_text(new_file_text(UTILS), encoding="utf-8")
+    return package
+
+
+@pytest.fixture(scope="module")
+def kernel_results(kernel_package: Path, sglang_cpu_path: str) -> dict:  # noqa: F811
     env = {
         **os.environ,
         "TRITON_INTERPRET": "1",
-        "PYTHONPATH": os.pathsep.join([str(folder), sglang_cpu_path]),
+        "PYTHONPATH": os.pathsep.join([str(kernel_package.parent), sglang_cpu_path]),
     }
     done = subprocess.run(
-        [sys.executable, "-c", CHECK], capture_output=True, text=True, env=env, timeout=600, cwd=folder
+        [sys.executable, "-c", CHECK],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=kernel_package.parent,
     )
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("KERNEL-CHECK ")]
     assert lines, f"kernel check printed nothing (rc {done.returncode}):\n{done.stderr[-3000:]}"
@@ -189,3 +202,84 @@ def test_torch_fallback_of_vocab_topk_logsumexp_orders_ties_by_index() -> None:
     ref_values, ref_index = torch.sort(scores, dim=-1, descending=True, stable=True)
     assert torch.equal(values, ref_values[:, :5]) and torch.equal(index, ref_index[:, :5])
     assert torch.allclose(lse, torch.logsumexp(scores, dim=-1))
+
+
+COMPILE = r"""
+import json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from ddt import ddtree_kernels as dk
+
+def signature(pointers, scalars, constexprs):
+    sig = {**pointers, **{name: "i32" for name in scalars}, **{name: "constexpr" for name in constexprs}}
+    return sig, constexprs
+
+tree_ptrs = dict(zip(
+    "values_ptr ids_ptr term_ptr info_ptr anc_ptr key_ptr position_ptr row_cand_ptr tokens_ptr parents_ptr "
+    "verify_depth_ptr scores_ptr valid_ptr mask_ptr path_ptr".split(),
+    ["*fp32"] + ["*i64"] * 10 + ["*fp32", "*i8", "*i8", "*i64"]))
+verify_ptrs = dict(zip(
+    "tokens_ptr parents_ptr target_ptr mask_ptr path_ptr verify_depth_ptr valid_ptr accept_len_ptr "
+    "accept_idx_ptr bonus_ptr".split(),
+    ["*i64", "*i64", "*i64", "*i8", "*i64", "*i64", "*i8", "*i64", "*i64", "*i64"]))
+kernels = {  # the pro6000 profile's shapes: vocab 163840, top-k 4, depth 7, budget 8
+    "_tile_topk_kernel": signature(
+        {"scores_ptr": "*fp32", "cand_value_ptr": "*fp32", "cand_index_ptr": "*i32", "tile_max_ptr": "*fp32",
+         "tile_sum_ptr": "*fp32"}, ["row_stride", "num_cols"],
+        {"K": 4, "K_PAD": 4, "TILE": 4096, "NONE": 2**31 - 1}),
+    "_merge_topk_kernel": signature(
+        {"cand_value_ptr": "*fp32", "cand_index_ptr": "*i32", "tile_max_ptr": "*fp32",
+         "tile_sum_ptr": "*fp32", "out_value_ptr": "*fp32", "out_index_ptr": "*i64", "out_lse_ptr": "*fp32"},
+        ["num_tiles"],
+        {"K": 4, "K_PAD": 4, "CAND": 256, "TILES": 64, "NONE": 2**31 - 1}),
+    "_build_tree_kernel": signature(tree_ptrs, ["num_real"], dict(
+        C=43, C_PAD=64, CHUNK=128, D=7, D_PAD=8, DK=28, BUDGET=8, N_PAD=16, FIXED_ONE=2.0**40, FLOOR=-1.0e4,
+        PAD_SCORE=-(2**62))),
+    "_verify_greedy_kernel": signature(verify_ptrs, [], dict(N=9, N_PAD=16, D=7, D_PAD=8, HAS_VALID=False)),
+}
+result = {}
+for arch in sys.argv[1:]:
+    for name, (sig, constexprs) in kernels.items():
+        fn = getattr(dk, name)
+        # the order of the kernel's own parameters
+        sig = {p: sig[p] for p in fn.arg_names}
+        compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs),
+                                  target=GPUTarget("cuda", int(arch), 32))
+        result[f"{arch}:{name}"] = len(compiled.asm["cubin"])
+print("KERNEL-COMPILE " + json.dumps(result))
+"""
+KERNEL_NAMES = ["_tile_topk_kernel", "_merge_topk_kernel", "_build_tree_kernel", "_verify_greedy_kernel"]
+
+
+def target_archs() -> list[str]:
+    """sm_XY of every target profile (env/targets/*.yaml compute_capability) and the H200 device's 90."""
+    archs = {"90"}
+    for profile in sorted((REPO_ROOT / "env" / "targets").glob("*.yaml")):
+        capability = str(yaml.safe_load(profile.read_text(encoding="utf-8"))["gpu"]["compute_capability"])
+        archs.add(capability.replace(".", ""))
+    return sorted(archs)
+
+
+@pytest.fixture(scope="module")
+def compiled(kernel_package: Path, sglang_cpu_path: str) -> dict:  # noqa: F811
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(kernel_package.parent), sglang_cpu_path])}
+    env.pop("TRITON_INTERPRET", None)
+    done = subprocess.run(
+        [sys.executable, "-c", COMPILE, *target_archs()],
+        capture_output=True, text=True, env=env, timeout=900, cwd=kernel_package.parent,
+    )  # fmt: skip
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("KERNEL-COMPILE ")]
+    assert lines, f"kernel compile printed nothing (rc {done.returncode}):\n{done.stderr[-3000:]}"
+    return json.loads(lines[-1].removeprefix("KERNEL-COMPILE "))
+
+
+def test_target_archs_come_from_the_profiles() -> None:
+    assert {"90", "103", "120"} <= set(target_archs())
+
+
+@pytest.mark.parametrize("name", KERNEL_NAMES)
+def test_kernels_compile_to_cubin_for_every_target_arch(compiled: dict, name: str) -> None:
+    """Triton's own compiler (LLVM + its bundled ptxas) builds sm_90/103/120 code here, without a GPU."""
+    for arch in target_archs():
+        assert compiled.get(f"{arch}:{name}", 0) > 1000, f"no sm_{arch} cubin for {name}"
