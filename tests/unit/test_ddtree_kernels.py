@@ -215,10 +215,12 @@ def signature(pointers, scalars, constexprs):
     sig = {**pointers, **{name: "i32" for name in scalars}, **{name: "constexpr" for name in constexprs}}
     return sig, constexprs
 
-tree_ptrs = dict(zip(
-    "values_ptr ids_ptr term_ptr info_ptr anc_ptr key_ptr position_ptr row_cand_ptr tokens_ptr parents_ptr "
-    "verify_depth_ptr scores_ptr valid_ptr mask_ptr path_ptr".split(),
-    ["*fp32"] + ["*i64"] * 10 + ["*fp32", "*i8", "*i8", "*i64"]))
+rank_ptrs = dict(zip(
+    "values_ptr ids_ptr term_ptr info_ptr position_ptr row_cand_ptr tokens_ptr scores_ptr valid_ptr".split(),
+    ["*fp32"] + ["*i64"] * 6 + ["*fp32", "*i8"]))
+rows_ptrs = dict(zip(
+    "info_ptr anc_ptr position_ptr row_cand_ptr parents_ptr verify_depth_ptr mask_ptr path_ptr".split(),
+    ["*i64"] * 6 + ["*i8", "*i64"]))
 verify_ptrs = dict(zip(
     "tokens_ptr parents_ptr target_ptr mask_ptr path_ptr verify_depth_ptr valid_ptr accept_len_ptr "
     "accept_idx_ptr bonus_ptr".split(),
@@ -233,9 +235,9 @@ kernels = {  # the pro6000 profile's shapes: vocab 163840, top-k 4, depth 7, bud
          "tile_sum_ptr": "*fp32", "out_value_ptr": "*fp32", "out_index_ptr": "*i64", "out_lse_ptr": "*fp32"},
         ["num_tiles"],
         {"K": 4, "K_PAD": 4, "CAND": 256, "TILES": 64, "NONE": 2**31 - 1}),
-    "_build_tree_kernel": signature(tree_ptrs, ["num_real"], dict(
-        C=43, C_PAD=64, CHUNK=128, D=7, D_PAD=8, DK=28, BUDGET=8, N_PAD=16, FIXED_ONE=2.0**40, FLOOR=-1.0e4,
-        PAD_SCORE=-(2**62))),
+    "_rank_kernel": signature(rank_ptrs, ["num_real"], dict(
+        C=43, C_PAD=64, BLOCK=64, D=7, DK=28, BUDGET=8, FIXED_ONE=2.0**40, FLOOR=-1.0e4, PAD_SCORE=-(2**62))),
+    "_tree_rows_kernel": signature(rows_ptrs, [], dict(C=43, D=7, D_PAD=8, BUDGET=8, N_PAD=16)),
     "_verify_greedy_kernel": signature(verify_ptrs, [], dict(N=9, N_PAD=16, D=7, D_PAD=8, HAS_VALID=False)),
 }
 result = {}
@@ -249,7 +251,13 @@ for arch in sys.argv[1:]:
         result[f"{arch}:{name}"] = len(compiled.asm["cubin"])
 print("KERNEL-COMPILE " + json.dumps(result))
 """
-KERNEL_NAMES = ["_tile_topk_kernel", "_merge_topk_kernel", "_build_tree_kernel", "_verify_greedy_kernel"]
+KERNEL_NAMES = [
+    "_tile_topk_kernel",
+    "_merge_topk_kernel",
+    "_rank_kernel",
+    "_tree_rows_kernel",
+    "_verify_greedy_kernel",
+]
 
 
 def target_archs() -> list[str]:
