@@ -216,8 +216,8 @@ def signature(pointers, scalars, constexprs):
     return sig, constexprs
 
 rank_ptrs = dict(zip(
-    "values_ptr ids_ptr term_ptr info_ptr position_ptr row_cand_ptr tokens_ptr scores_ptr valid_ptr".split(),
-    ["*fp32"] + ["*i64"] * 6 + ["*fp32", "*i8"]))
+    "key_ptr ids_ptr info_ptr position_ptr row_cand_ptr tokens_ptr scores_ptr valid_ptr".split(),
+    ["*i64"] * 6 + ["*fp32", "*i8"]))
 rows_ptrs = dict(zip(
     "info_ptr anc_ptr position_ptr row_cand_ptr parents_ptr verify_depth_ptr mask_ptr path_ptr".split(),
     ["*i64"] * 6 + ["*i8", "*i64"]))
@@ -235,8 +235,10 @@ kernels = {  # the pro6000 profile's shapes: vocab 163840, top-k 4, depth 7, bud
          "tile_sum_ptr": "*fp32", "out_value_ptr": "*fp32", "out_index_ptr": "*i64", "out_lse_ptr": "*fp32"},
         ["num_tiles"],
         {"K": 4, "K_PAD": 4, "CAND": 256, "TILES": 64, "NONE": 2**31 - 1}),
+    "_score_kernel": signature({"values_ptr": "*fp32", "term_ptr": "*i64", "key_ptr": "*i64"}, [], dict(
+        C=43, BLOCK=64, D=7, DK=28, FIXED_ONE=2.0**40, FLOOR=-1.0e4, PAD_SCORE=-(2**62))),
     "_rank_kernel": signature(rank_ptrs, ["num_real"], dict(
-        C=43, C_PAD=64, BLOCK=64, D=7, DK=28, BUDGET=8, FIXED_ONE=2.0**40, FLOOR=-1.0e4, PAD_SCORE=-(2**62))),
+        C=43, C_PAD=64, BLOCK=64, DK=28, BUDGET=8, FIXED_ONE=2.0**40)),
     "_tree_rows_kernel": signature(rows_ptrs, [], dict(C=43, D=7, D_PAD=8, BUDGET=8, N_PAD=16)),
     "_verify_greedy_kernel": signature(verify_ptrs, [], dict(N=9, N_PAD=16, D=7, D_PAD=8, HAS_VALID=False)),
 }
@@ -254,6 +256,7 @@ print("KERNEL-COMPILE " + json.dumps(result))
 KERNEL_NAMES = [
     "_tile_topk_kernel",
     "_merge_topk_kernel",
+    "_score_kernel",
     "_rank_kernel",
     "_tree_rows_kernel",
     "_verify_greedy_kernel",
