@@ -304,6 +304,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tolerance", type=float, default=0.10, help="--live: relative tolerance (0.10)")
     parser.add_argument("--max-tokens", type=int, default=256, help="--live: tokens to generate (256)")
     parser.add_argument("--reference", metavar="FILE", help="--live: reference results (env/reference)")
+    parser.add_argument(
+        "--smoke-tp", type=int, default=1, metavar="N",
+        help="--smoke: tensor-parallel size 1, 2 or 4 (tiny models split over N GPUs: the TP top-k merge)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these checks")
     parser.set_defaults(func=_cmd_selfcheck)

@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,7 @@ class SmokeSettings:
     port: int = 0
     launch_timeout_s: float = 300.0
     extra_server_args: tuple[str, ...] = ()
+    tp: int = 1  # tensor-parallel size of every server (a divisor of HEADS)
 
     @property
     def long_prompt(self) -> int:
@@ -324,6 +325,11 @@ def _free_port() -> int:
     raise RuntimeError("no free port between 20000 and 45000")
 
 
+def tp_args(settings: SmokeSettings) -> list[str]:
+    """--tp-size for every server when the smoke runs tensor-parallel (each rank holds a vocab shard)."""
+    return ["--tp-size", str(settings.tp)] if settings.tp > 1 else []
+
+
 def mode_args(mode: str, drafter: Path, settings: SmokeSettings) -> list[str]:
     """SGLang flags of one mode (the common ones are added by Server)."""
     if mode == "baseline":
@@ -364,7 +370,7 @@ class Server:
             *(["--skip-tokenizer-init"] if skip_tokenizer_init else []),
             "--attention-backend", "triton", "--mem-fraction-static", "0.2",
             "--cuda-graph-max-bs", "32", "--max-running-requests", "32", "--port", str(self.port),
-            "--random-seed", str(settings.seed), *args, *settings.extra_server_args,
+            "--random-seed", str(settings.seed), *args, *tp_args(settings), *settings.extra_server_args,
         ]  # fmt: skip
         self.cmd = cmd
         self._log = open(log_path, "w")  # noqa: SIM115 (closed in stop)
@@ -554,8 +560,10 @@ def judge(results: dict[str, ModeResult], settings: SmokeSettings) -> tuple[bool
     return ok, lines
 
 
-def gpu_problem() -> str | None:
-    """Why this machine cannot run the smoke test, or None."""
+def gpu_problem(tp: int = 1) -> str | None:
+    """Why this machine cannot run the smoke test (on `tp` GPUs), or None."""
+    if tp < 1 or HEADS % tp:
+        return f"--smoke-tp {tp}: the tiny models have {HEADS} attention heads; use 1, 2 or 4"
     try:
         import torch
     except ImportError:
@@ -566,6 +574,8 @@ def gpu_problem() -> str | None:
         return f"sglang does not import here: {exc}"
     if not torch.cuda.is_available():
         return "no CUDA GPU is visible (torch.cuda.is_available() is False)"
+    if torch.cuda.device_count() < tp:
+        return f"--smoke-tp {tp} needs {tp} GPUs; {torch.cuda.device_count()} visible"
     major, minor = torch.cuda.get_device_capability(0)
     arches = torch.cuda.get_arch_list()
     has_ptx = any(a.startswith("compute_") and int(a.split("_")[1]) <= major * 10 + minor for a in arches)
@@ -598,7 +608,7 @@ def settings_from_profile(name: str | None) -> SmokeSettings:
 
 
 def run_smoke(settings: SmokeSettings, keep: Path | None = None, json_out: bool = False) -> int:
-    problem = gpu_problem()
+    problem = gpu_problem(settings.tp)
     if problem:
         print(f"smoke: cannot run here: {problem}")
         return EXIT_CANNOT_RUN
@@ -608,7 +618,7 @@ def run_smoke(settings: SmokeSettings, keep: Path | None = None, json_out: bool 
         f = successor_cycle(settings.seed)
         print(
             f"smoke: tiny target + drafter in {work}; DDTREE block {settings.block_size}, budget "
-            f"{settings.budget}, top-k {settings.topk}, window {settings.window}",
+            f"{settings.budget}, top-k {settings.topk}, window {settings.window}, TP {settings.tp}",
             flush=True,
         )
         results: dict[str, ModeResult] = {}
@@ -641,7 +651,9 @@ def run_smoke(settings: SmokeSettings, keep: Path | None = None, json_out: bool 
 
 def selfcheck_smoke(args: Any) -> int:
     """Entry point of `ddtree selfcheck --smoke` (argparse namespace from ddtree.selfcheck)."""
-    settings = settings_from_profile(getattr(args, "target", None))
+    settings = replace(
+        settings_from_profile(getattr(args, "target", None)), tp=int(getattr(args, "smoke_tp", 1))
+    )
     keep = os.environ.get("DDTREE_SMOKE_LOGS")
     return run_smoke(settings, keep=Path(keep) if keep else None, json_out=bool(getattr(args, "json", False)))
 

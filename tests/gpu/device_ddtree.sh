@@ -16,6 +16,7 @@
 #      traceback, exiting other than 0/1, or printing no verdict. It exits 2 when the server never got ready.
 #      Server logs, bench results and both outputs land in $OUT/live. About 1.5-2.5 minutes.
 # usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|live|all]
+#   SMOKE_TP=2 (or 4): the smoke's servers run tensor-parallel over that many GPUs (the TP top-k merge).
 set -u
 export PYTHONPATH=$PWD/entrypoint:/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -33,7 +34,7 @@ if [ "$what" = all ] || [ "$what" = pytest ]; then
 fi
 if [ "$what" = all ] || [ "$what" = smoke ]; then
   t=$SECONDS
-  DDTREE_TARGET=${DDTREE_TARGET:-pro6000} DDTREE_SMOKE_LOGS=$OUT python3 -m ddtree.cli selfcheck --smoke --json
+  DDTREE_TARGET=${DDTREE_TARGET:-pro6000} DDTREE_SMOKE_LOGS=$OUT python3 -m ddtree.cli selfcheck --smoke --json --smoke-tp "${SMOKE_TP:-1}"
   src=$?
   rc=$((rc | src))
   echo "smoke: exit $src after $((SECONDS - t)) s"

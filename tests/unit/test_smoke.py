@@ -106,3 +106,22 @@ def test_selfcheck_smoke_says_it_cannot_run_without_gpu_or_sglang() -> None:
     )
     assert done.returncode == smoke.EXIT_CANNOT_RUN, done.stdout + done.stderr
     assert "smoke: cannot run here:" in done.stdout
+
+
+@pytest.mark.parametrize("tp", [3, 8, 0])
+def test_smoke_tp_must_divide_the_tiny_models_heads(tp: int) -> None:
+    """Checked before torch or SGLang are imported: a clear one-line reason and exit 2."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ddtree.cli", "selfcheck", "--smoke", "--smoke-tp", str(tp)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == smoke.EXIT_CANNOT_RUN, done.stdout + done.stderr
+    reason = f"--smoke-tp {tp}: the tiny models have {smoke.HEADS} attention heads; use 1, 2 or 4"
+    assert reason in done.stdout
+
+
+def test_smoke_tp_adds_tp_size_to_every_server() -> None:
+    assert smoke.tp_args(smoke.SmokeSettings()) == []
+    assert smoke.tp_args(smoke.SmokeSettings(tp=2)) == ["--tp-size", "2"]
