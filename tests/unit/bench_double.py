@@ -95,7 +95,9 @@ class _Handler(BaseHTTPRequestHandler):
     # -- routes --------------------------------------------------------------------------
     def do_GET(self) -> None:
         cfg = self.server.config
-        if self.path in ("/server_info", "/get_server_info"):
+        if self.path == "/health":  # SGLang's liveness route (selfcheck --live asks it first)
+            send_body(self, 200, "text/plain", b"")
+        elif self.path in ("/server_info", "/get_server_info"):
             self._json(
                 {
                     "version": cfg.version,

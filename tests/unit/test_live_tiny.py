@@ -14,9 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -24,36 +21,9 @@ from ddtree import smoke
 from ddtree.cli import build_parser
 
 from tests.gpu import live_tiny
-from tests.unit import bench_double
-from tests.unit.bench_double import DoubleConfig, send_body
+from tests.unit.bench_double import DoubleConfig, serve
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-class _HealthyHandler(bench_double._Handler):
-    """bench_double's handler plus GET /health (selfcheck --live's first step; the double lacks it)."""
-
-    def do_GET(self) -> None:
-        if self.path == "/health":
-            send_body(self, 200, "text/plain", b"")
-        else:
-            super().do_GET()
-
-
-@contextmanager
-def serve(config: DoubleConfig | None = None) -> Iterator[tuple[str, bench_double._DoubleServer]]:
-    """bench_double.serve with the /health route."""
-    server = bench_double._DoubleServer(("127.0.0.1", 0), _HealthyHandler)
-    server.config = config or DoubleConfig()
-    server.requests_seen, server.emissions = [], []
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 URL = "http://127.0.0.1:31234"
