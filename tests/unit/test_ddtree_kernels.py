@@ -81,8 +81,7 @@ for name, (bs, budget, topk, depth, vocab) in trees.items():
         values, ids = du.draft_topk(lp, topk, budget)
         tree = du.build_ddtree_from_topk(values, ids, budget)
         plan = du._plan(budget, values.shape[-1], depth, values.device)
-        got = dk.build_tree(values, ids, plan.term_index, plan.cand_info, plan.cand_ancestors, budget,
-                            plan.num_real)
+        got = dk.build_tree(values, ids, plan)
         want = (tree.tokens, tree.parents, tree.verify_depth, tree.scores, tree.valid.expand(bs, budget),
                 tree.mask, tree.path)
         result[f"tree_{name}_{variant}"] = {
