@@ -73,6 +73,16 @@ def created_files(series: Path = SERIES) -> list[str]:
     ]
 
 
+def write_package(root: Path, folder: str, series: Path = SERIES) -> Path:
+    """Make `root` a package holding every file the series creates in `folder` (e.g. the speculative one)."""
+    root.mkdir(parents=True)
+    (root / "__init__.py").write_text("", encoding="utf-8")
+    for created in created_files(series):
+        if Path(created).parent == Path(folder):
+            (root / Path(created).name).write_text(new_file_text(created, series), encoding="utf-8")
+    return root
+
+
 def import_new_module(path: str, name: str | None = None, series: Path = SERIES) -> ModuleType:
     """Import the created file as a module (cached in sys.modules under `name`).
 
@@ -85,13 +95,7 @@ def import_new_module(path: str, name: str | None = None, series: Path = SERIES)
     scratch = Path(tempfile.mkdtemp(prefix="ddtree-series-"))
     atexit.register(shutil.rmtree, scratch, True)
     package = f"{name}_package"
-    root = scratch / package
-    root.mkdir()
-    (root / "__init__.py").write_text("", encoding="utf-8")
-    folder = Path(path).parent
-    for created in created_files(series):
-        if Path(created).parent == folder:
-            (root / Path(created).name).write_text(new_file_text(created, series), encoding="utf-8")
+    root = write_package(scratch / package, str(Path(path).parent), series)
     spec = importlib.util.spec_from_file_location(
         package, root / "__init__.py", submodule_search_locations=[str(root)]
     )

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from ddtree_build.paths import REPO_ROOT
 
-from tests.sglang_sources import import_new_module, new_file_text
+from tests.sglang_sources import import_new_module, new_file_text, write_package
 from tests.unit.test_ddtree_sglang import sglang_cpu_path  # noqa: F401  (fixture)
 
 KERNELS = "sglang/srt/speculative/ddtree_kernels.py"
@@ -108,12 +108,9 @@ print("KERNEL-CHECK " + json.dumps(result))
 
 @pytest.fixture(scope="module")
 def kernel_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A package `ddt` holding the patch series' ddtree_kernels.py and ddtree_utils.py."""
-    package = tmp_path_factory.mktemp("kernels") / "ddt"
-    package.mkdir()
-    (package / "__init__.py").write_text("", encoding="utf-8")
-    (package / "ddtree_kernels.py").write_text(new_file_text(KERNELS), encoding="utf-8")
-    (package / "ddtree_utils.py").write_text(new_file_text(UTILS), encoding="utf-8")
+    """A package `ddt` holding the patch series' new speculative files (ddtree_kernels, ddtree_utils, ...)."""
+    package = write_package(tmp_path_factory.mktemp("kernels") / "ddt", str(Path(KERNELS).parent))
+    assert (package / "ddtree_utils.py").is_file() and (package / "ddtree_kernels.py").is_file()
     return package
 
 
