@@ -1,0 +1,1 @@
+"""The trained target + DFlash drafter pair that measures DDTREE against DFLASH (see README.md here)."""

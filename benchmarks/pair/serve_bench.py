@@ -1,0 +1,148 @@
+"""Serve the trained pair with the pinned, patched SGLang in each mode; `ddtree bench` judges (GPU device).
+
+    python -m benchmarks.pair.serve_bench --pair DIR --out OUT [--modes none,dflash,ddtree-8,...]
+
+For each mode, one server (ddtree.smoke.Server: triton attention, the profile's backend; CUDA graphs on,
+batch sizes up to 64), then:
+  1. greedy check: the pair's held-out eval prompts (eval_prompts.json), all at once, temperature 0,
+     ignore_eos, the continuation length the rig evaluated; output ids and spec_accept_length per request;
+  2. `ddtree bench --api generate --tokenizer PAIR/target` at every temperature (default 0 and 1.0) over
+     contexts x concurrencies (defaults 256,1024,4096 x 1,8,32,64; 4096 is past the 2048-token drafter
+     window, so the compact draft cache slides).
+It writes OUT/MODE/greedy.json, OUT/MODE/bench-tT/ (results.json, report.md) and OUT/MODE/server.log.
+`summarize` (run after every mode is done, also on another machine) compares the greedy outputs across
+modes, puts served acceptance beside the rig's offline evaluation on the same served tokens, and writes
+OUT/summary.json + summary.md. A mode that would start after --deadline seconds is skipped and said so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from ddtree import smoke
+from ddtree.fsutil import atomic_write
+
+MODES = ("none", "dflash", "ddtree-8", "ddtree-16", "ddtree-32")
+BLOCK = 8  # served block size (the profile's --speculative-num-draft-tokens)
+TOPK = 4
+WINDOW = 2048
+SERVER_ARGS = ("--cuda-graph-max-bs", "64", "--max-running-requests", "64", "--mem-fraction-static", "0.3")
+
+
+def say(msg: str) -> None:
+    print(f"[serve {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def server_settings(mode: str) -> tuple[str, smoke.SmokeSettings]:
+    """(smoke mode name, settings) of one of MODES."""
+    budget = int(mode.split("-")[1]) if mode.startswith("ddtree-") else 8
+    settings = smoke.SmokeSettings(
+        block_size=BLOCK, budget=budget, topk=TOPK, window=WINDOW, launch_timeout_s=240.0,
+        extra_server_args=SERVER_ARGS,
+    )  # fmt: skip
+    kind = {"none": "baseline", "dflash": "dflash"}.get(mode, "ddtree")
+    return kind, settings
+
+
+def greedy_check(server: smoke.Server, prompts: list[list[int]], new_tokens: int) -> dict:
+    params = {"max_new_tokens": new_tokens, "temperature": 0.0, "ignore_eos": True}
+
+    def one(prompt: list[int]) -> dict:
+        return server.client.post_json("/generate", {"input_ids": prompt, "sampling_params": params})
+
+    one(prompts[0])  # warm-up (JIT, first graph replay)
+    start = time.monotonic()
+    with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
+        answers = list(pool.map(one, prompts))
+    elapsed = time.monotonic() - start
+    metas = [a.get("meta_info", {}) for a in answers]
+    return {
+        "outputs": [list(a["output_ids"]) for a in answers],
+        "accept_lengths": [m.get("spec_accept_length") for m in metas],
+        "verify_counts": [m.get("spec_verify_ct") for m in metas],
+        "seconds": round(elapsed, 3),
+    }
+
+
+def bench(url: str, tokenizer_dir: Path, out: Path, args: argparse.Namespace, temperature: float) -> int:
+    cmd = [
+        sys.executable, "-m", "ddtree.cli", "bench", "--url", url, "--api", "generate",
+        "--tokenizer", str(tokenizer_dir), "--contexts", args.contexts, "--concurrency", args.concurrency,
+        "--max-tokens", str(args.max_tokens), "--repeats", str(args.repeats), "--warmup", "1",
+        "--temperature", str(temperature), "--no-plots", "--quiet", "--out", str(out),
+    ]  # fmt: skip
+    say(f"bench T={temperature}: {' '.join(cmd[3:])}")
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.bench_timeout)
+    (out.parent / f"{out.name}.txt").write_text(done.stdout + done.stderr)
+    say(f"bench T={temperature}: exit {done.returncode}")
+    return done.returncode
+
+
+def run_mode(mode: str, args: argparse.Namespace, prompts: list[list[int]], new_tokens: int) -> dict:
+    kind, settings = server_settings(mode)
+    folder = args.out / mode
+    folder.mkdir(parents=True, exist_ok=True)
+    target, drafter = args.pair / "target", args.pair / "drafter"
+    server = smoke.Server(target, smoke.mode_args(kind, drafter, settings), folder / "server.log", settings)
+    record: dict = {"mode": mode, "cmd": server.cmd[1:]}
+    try:
+        record["ready_s"] = round(server.wait_ready(), 1)
+        say(f"{mode}: ready after {record['ready_s']} s")
+        greedy = greedy_check(server, prompts, new_tokens)
+        atomic_write(folder / "greedy.json", json.dumps(greedy) + "\n")
+        accepted = [a for a in greedy["accept_lengths"] if a is not None]
+        say(
+            f"{mode}: greedy check {greedy['seconds']} s"
+            + (f", accept {sum(accepted) / len(accepted):.3f}" if accepted else "")
+        )
+        record["bench_exit"] = {
+            str(t): bench(server.url, target, folder / f"bench-t{t}", args, t) for t in args.temperatures
+        }
+    except Exception as exc:  # one mode's failure is reported and the next mode still runs
+        record["error"] = f"{type(exc).__name__}: {exc}"
+        say(f"{mode}: FAILED {record['error']}")
+    finally:
+        server.stop()
+    atomic_write(folder / "run.json", json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pair", type=Path, required=True, help="the trained pair (benchmarks.pair.train --out)")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--contexts", default="256,1024,4096")
+    ap.add_argument("--concurrency", default="1,8,32,64")
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--temperatures", type=lambda s: [float(x) for x in s.split(",")], default=[0.0, 1.0])
+    ap.add_argument("--bench-timeout", type=float, default=240.0)
+    ap.add_argument("--deadline", type=float, default=540.0, help="seconds: no mode starts after this")
+    args = ap.parse_args(argv)
+    problem = smoke.gpu_problem()
+    if problem:
+        print(f"serve_bench: cannot run here: {problem}")
+        return 2
+    evals = json.loads((args.pair / "eval_prompts.json").read_text())
+    prompts, new_tokens = evals["prompts"], len(evals["continuations"][0])
+    begin = time.monotonic()
+    failed = 0
+    for mode in args.modes.split(","):
+        if time.monotonic() - begin > args.deadline:
+            say(f"{mode}: skipped, past the {args.deadline:.0f} s deadline")
+            continue
+        record = run_mode(mode, args, prompts, new_tokens)
+        failed += "error" in record or any(record.get("bench_exit", {}).values())
+    say(f"done in {time.monotonic() - begin:.0f} s; {failed} mode(s) with a failure")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,173 @@
+"""One table from a serve_bench run: served vs offline acceptance, greedy equality, speed ratios per cell.
+
+    python -m benchmarks.pair.summarize --runs OUT [--pair DIR] [--device cuda]
+
+Reads OUT/MODE/greedy.json and OUT/MODE/bench-tT/results.json (benchmarks.pair.serve_bench). With --pair
+(the trained pair's folder) it also evaluates the rig offline on the very tokens the no-speculation server
+produced for the eval prompts, so served and offline acceptance are measured on the same sequences.
+Writes OUT/summary.json and OUT/summary.md and prints the markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from ddtree.bench.compare import load_json, run_from
+from ddtree.bench.report import accept_value, cell_median
+from ddtree.fsutil import atomic_write
+
+from benchmarks.pair.serve_bench import BLOCK, MODES, TOPK
+
+OFFLINE_TOLERANCE = 0.03  # the goal: served acceptance within 3% of the rig's
+
+
+def greedy_table(runs: Path, modes: list[str]) -> dict[str, Any]:
+    """Per mode: equal outputs vs no speculation (count, first differing index) and mean served acceptance."""
+    greedy = {
+        m: json.loads((runs / m / "greedy.json").read_text())
+        for m in modes
+        if (runs / m / "greedy.json").is_file()
+    }
+    base = greedy.get("none")
+    table = {}
+    for mode, g in greedy.items():
+        row: dict[str, Any] = {"requests": len(g["outputs"]), "seconds": g["seconds"]}
+        if base is not None:
+            same, first = 0, []
+            for a, b in zip(base["outputs"], g["outputs"], strict=True):
+                if a == b:
+                    same += 1
+                else:
+                    first.append(next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y))
+            row["identical_to_none"] = same
+            row["first_difference_at"] = first
+        accepted = [a for a in g["accept_lengths"] if a is not None]
+        if accepted:
+            row["served_accept_length"] = sum(accepted) / len(accepted)
+        table[mode] = row
+    return table
+
+
+def offline_on_served(runs: Path, pair: Path, device: str) -> dict[str, dict[str, float]]:
+    """The rig's acceptance on (eval prompt, the no-speculation server's greedy output) pairs."""
+    import torch
+
+    from benchmarks.pair import evaluate
+    from benchmarks.pair.modeling import Drafter, DrafterConfig, Target, TargetConfig, load_weights
+
+    cfg_t = json.loads((pair / "target" / "config.json").read_text())
+    cfg_d = json.loads((pair / "drafter" / "config.json").read_text())
+    target_cfg = TargetConfig(**{k: cfg_t[k] for k in TargetConfig.__dataclass_fields__})
+    dflash = cfg_d["dflash_config"]
+    drafter_cfg = DrafterConfig(
+        num_hidden_layers=cfg_d["num_hidden_layers"],
+        block_size=dflash["block_size"],
+        target_layer_ids=tuple(dflash["target_layer_ids"]),
+        mask_token_id=dflash["mask_token_id"],
+    )
+    target, drafter = Target(target_cfg), Drafter(target_cfg, drafter_cfg)
+    load_weights(target, pair / "target", prefix="model.")
+    load_weights(drafter, pair / "drafter", prefix="")
+    target.to(device).eval()
+    drafter.to(device).eval()
+    prompts = json.loads((pair / "eval_prompts.json").read_text())["prompts"]
+    served = json.loads((runs / "none" / "greedy.json").read_text())["outputs"]
+    budgets = sorted(int(m.split("-")[1]) for m in MODES if m.startswith("ddtree-"))
+    with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
+        result = evaluate.acceptance(
+            target, drafter, list(zip(prompts, served, strict=True)), BLOCK, evaluate.methods(budgets, TOPK)
+        )
+    return {("dflash" if k == evaluate.CHAIN else k): v for k, v in result.items()}
+
+
+def bench_rows(runs: Path, modes: list[str]) -> list[dict[str, Any]]:
+    """One row per (temperature, context, concurrency, mode) with medians, spread and ratios."""
+    rows = []
+    by_key: dict[tuple, dict[str, Any]] = {}
+    for mode in modes:
+        for folder in sorted((runs / mode).glob("bench-t*")):
+            if not (folder / "results.json").is_file():
+                continue
+            temperature = float(folder.name.removeprefix("bench-t"))
+            run = run_from(load_json(folder))
+            for (ctx, conc), cell in sorted(run.cells.items()):
+                agg = (cell.get("metrics") or {}).get("aggregate_tok_s") or {}
+                spread = (agg["max"] - agg["min"]) / agg["median"] if agg.get("median") else None
+                row = {
+                    "temperature": temperature, "context": ctx, "concurrency": conc, "mode": mode,
+                    "per_request_tok_s": cell_median(cell, "per_request_tok_s"),
+                    "aggregate_tok_s": cell_median(cell, "aggregate_tok_s"),
+                    "ttft_s": cell_median(cell, "ttft_s"),
+                    "accept_length": accept_value(cell) if mode != "none" else None,
+                    "aggregate_spread": spread,
+                }  # fmt: skip
+                by_key[(temperature, ctx, conc, mode)] = row
+                rows.append(row)
+    for row in rows:
+        key = (row["temperature"], row["context"], row["concurrency"])
+        ref = "none" if row["mode"] == "dflash" else "dflash" if row["mode"].startswith("ddtree") else None
+        other = by_key.get((*key, ref)) if ref else None
+        if other and other["per_request_tok_s"] and row["per_request_tok_s"]:
+            row["ratio_vs"] = ref
+            row["per_request_ratio"] = row["per_request_tok_s"] / other["per_request_tok_s"]
+            row["aggregate_ratio"] = row["aggregate_tok_s"] / other["aggregate_tok_s"]
+    return rows
+
+
+def _f(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    lines = ["## Greedy check (eval prompts, all at once) and acceptance: served vs offline", ""]
+    lines += [
+        "| mode | identical to none | served accept | offline accept (same tokens) | served / offline |",
+        "|---|---|---|---|---|",
+    ]
+    offline = summary.get("offline_on_served") or {}
+    for mode, row in summary["greedy"].items():
+        off = (offline.get(mode) or {}).get("accept_length")
+        served = row.get("served_accept_length")
+        ratio = served / off if served and off else None
+        same = f"{row.get('identical_to_none', '-')}/{row['requests']}"
+        lines.append(f"| {mode} | {same} | {_f(served, 3)} | {_f(off, 3)} | {_f(ratio, 3)} |")
+    lines += ["", "## Served speed (medians; ratio: DFLASH over none, DDTREE over DFLASH)", ""]
+    lines += [
+        "| T | context | conc | mode | tok/s per request | aggregate tok/s | TTFT s | accept | "
+        "ratio per request | ratio aggregate | round spread |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in summary["bench"]:
+        lines.append(
+            f"| {r['temperature']:g} | {r['context']} | {r['concurrency']} | {r['mode']} | "
+            f"{_f(r['per_request_tok_s'])} | {_f(r['aggregate_tok_s'])} | {_f(r['ttft_s'], 3)} | "
+            f"{_f(r['accept_length'], 2)} | {_f(r.get('per_request_ratio'), 2)} | "
+            f"{_f(r.get('aggregate_ratio'), 2)} | "
+            f"{_f(None if r['aggregate_spread'] is None else 100 * r['aggregate_spread'])}% |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=Path, required=True)
+    ap.add_argument("--pair", type=Path)
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args(argv)
+    modes = [m for m in MODES if (args.runs / m).is_dir()]
+    summary: dict[str, Any] = {"modes": modes, "greedy": greedy_table(args.runs, modes)}
+    if args.pair is not None and (args.runs / "none" / "greedy.json").is_file():
+        summary["offline_on_served"] = offline_on_served(args.runs, args.pair, args.device)
+    summary["bench"] = bench_rows(args.runs, modes)
+    atomic_write(args.runs / "summary.json", json.dumps(summary, indent=1) + "\n")
+    text = markdown(summary)
+    atomic_write(args.runs / "summary.md", text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,54 @@
+#!/bin/bash
+# The trained pair on the GPU device (benchmarks/pair/README.md): train it, then serve it three ways and bench.
+#   train: python -m benchmarks.pair.train --out $PAIR --expect benchmarks/pair/results/metrics.json
+#          (about 9 minutes on the H200; torch, tokenizers, safetensors and matplotlib only, no SGLang);
+#          prints whether the retrained pair reproduced the committed held-out losses and offline acceptance.
+#   serve: after the pinned wheels are installed into /tmp/site (see tests/gpu/device_ddtree.sh's header):
+#          applies and verifies the patch series, then benchmarks.pair.serve_bench over MODES (default
+#          none,dflash,ddtree-8,ddtree-16,ddtree-32; each: greedy check + ddtree bench at T=0 and T=1.0 over
+#          contexts 256,1024,4096 x concurrency 1,8,32,64), writing $RUNS.
+#   summary: benchmarks.pair.summarize over $RUNS (offline acceptance on the served tokens, greedy equality,
+#          ratios); exit 1 when a mode's greedy outputs differ from no speculation.
+#   pack:  tar $RUNS (without server logs' bulk) into $OUT/runs.tar for the trip back.
+# usage (device, repo root): OUT=/some/dir PAIR=/tmp/pair RUNS=/tmp/runs bash tests/gpu/device_pair.sh STEP...
+set -u
+export PYTHONPATH=$PWD/entrypoint:$PWD:/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out} PAIR=${PAIR:-/tmp/pair} RUNS=${RUNS:-/tmp/runs}
+MODES=${MODES:-none,dflash,ddtree-8,ddtree-16,ddtree-32}
+mkdir -p "$OUT" "$RUNS"
+rc=0
+for step in "$@"; do
+  t=$SECONDS
+  case $step in
+    train)
+      python3 -m benchmarks.pair.train --out "$PAIR" --expect benchmarks/pair/results/metrics.json
+      src=$? ;;
+    serve)
+      { python3 -m ddtree.patchset apply --root /tmp/site --series patches/series.yaml &&
+        python3 -m ddtree.patchset verify --root /tmp/site --series patches/series.yaml; } || exit 1
+      python3 -m benchmarks.pair.serve_bench --pair "$PAIR" --out "$RUNS" --modes "$MODES" \
+        --deadline "${DEADLINE:-480}"
+      src=$? ;;
+    summary)
+      python3 -m benchmarks.pair.summarize --runs "$RUNS" --pair "$PAIR" --device cuda
+      src=$?
+      python3 - "$RUNS/summary.json" <<'PY' || src=1
+import json, sys
+greedy = json.load(open(sys.argv[1]))["greedy"]
+bad = {m: r for m, r in greedy.items() if r.get("identical_to_none", r["requests"]) != r["requests"]}
+for mode, row in bad.items():
+    print(f"greedy: {mode} differs from no speculation in {row['requests'] - row['identical_to_none']} "
+          f"of {row['requests']} requests (first differences at {row['first_difference_at']})")
+print("greedy equality across modes:", "FAIL" if bad else "ok")
+sys.exit(1 if bad else 0)
+PY
+      ;;
+    pack)
+      tar -C "$RUNS" -cf "$OUT/runs.tar" . && ls -la "$OUT/runs.tar"
+      src=$? ;;
+    *) echo "unknown step $step (train, serve, summary, pack)"; exit 2 ;;
+  esac
+  echo "== $step: exit $src after $((SECONDS - t)) s"
+  rc=$((rc | src))
+done
+exit $rc

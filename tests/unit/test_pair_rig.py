@@ -1,0 +1,236 @@
+"""The trained pair's rig on the CPU: corpus split, tokenizer round trip, the models, offline acceptance.
+
+The pair itself is trained and served on the GPU device (tests/gpu/device_pair.sh); here every piece runs on
+small inputs: a fake stdlib folder, a tokenizer trained on a few kilobytes, tiny random models.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks.pair import corpus, evaluate, tokenizer
+from benchmarks.pair.modeling import (
+    Drafter,
+    DrafterConfig,
+    KVCache,
+    Target,
+    TargetConfig,
+    greedy_generate,
+    load_weights,
+    save_model,
+)
+from tests.unit.test_ddtree_sglang import sglang_cpu_path  # noqa: F401  (fixture)
+
+TINY = TargetConfig(
+    vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=2,
+    num_key_value_heads=1, head_dim=16, max_position_embeddings=256,
+)  # fmt: skip
+TINY_DRAFT = DrafterConfig(
+    num_hidden_layers=1, block_size=4, target_layer_ids=(0, 2), mask_token_id=2, window=6
+)
+
+
+def _fake_stdlib(root: Path) -> Path:
+    (root / "json").mkdir(parents=True)
+    (root / "site-packages" / "pkg").mkdir(parents=True)
+    (root / "argparse.py").write_text("import sys\n# the bench reads this one\n")
+    (root / "json" / "decoder.py").write_text("def decode(s):\n    return s\n")
+    for i in range(40):
+        (root / f"mod{i:02d}.py").write_text(f"VALUE_{i} = {i}\n")
+    (root / "site-packages" / "pkg" / "inside.py").write_text("NOT_STDLIB = 1\n")
+    (root / "latin1.py").write_bytes(b"# caf\xe9\n")
+    return root
+
+
+def test_corpus_splits_by_file_holds_out_the_bench_modules_and_records_checksums(tmp_path: Path) -> None:
+    root = _fake_stdlib(tmp_path / "stdlib")
+    manifest = corpus.build(root, tmp_path / "out")
+    train = (tmp_path / "out" / "train.txt").read_text()
+    held = (tmp_path / "out" / "heldout.txt").read_text()
+    assert "the bench reads this one" in held and "the bench reads this one" not in train
+    assert "def decode" in held
+    assert "NOT_STDLIB" not in train + held, "site-packages is not the standard library"
+    assert manifest.skipped_files == 1, "the latin-1 file is skipped and counted"
+    assert manifest.train.files + manifest.heldout.files == 42
+    assert manifest.heldout_modules == ["argparse.py", "json/decoder.py"]
+    for split, text in (("train", train), ("heldout", held)):
+        assert getattr(manifest, split).sha256 == hashlib.sha256(text.encode()).hexdigest()
+    # every file lands in exactly one split, whole, and a rebuild is byte-identical
+    for i in range(40):
+        assert (f"VALUE_{i} = {i}" in train) != (f"VALUE_{i} = {i}" in held)
+    again = corpus.build(root, tmp_path / "again")
+    assert again == manifest
+    recorded = json.loads((tmp_path / "out" / "corpus.json").read_text())
+    assert recorded["train"]["sha256"] == manifest.train.sha256
+
+
+def test_tokenizer_round_trips_text_and_has_the_drafters_special_tokens(tmp_path: Path) -> None:
+    text = tmp_path / "train.txt"
+    text.write_text(
+        ("def add(a, b):\n    return a + b\n\nclass Thing:\n    pass\n" * 50) + corpus.EOT + "x = 1\n"
+    )
+    tok = tokenizer.train([text], 300, tmp_path / "tok")
+    for sample in ("def add(a, b):\n    return a + b\n", "héllo wörld ✓\t\n", "    \n\n  x"):
+        assert tok.decode(tok.encode(sample).ids) == sample
+    assert [tok.token_to_id(t) for t in tokenizer.SPECIALS] == [
+        tokenizer.EOT_ID,
+        tokenizer.PAD_ID,
+        tokenizer.MASK_ID,
+    ]
+    ids = tokenizer.encode_file(tok, text)
+    assert ids.count(tokenizer.EOT_ID) == 1, "files are joined by one end-of-text token"
+    from transformers import AutoTokenizer
+
+    loaded = AutoTokenizer.from_pretrained(str(tmp_path / "tok"))
+    assert loaded.eos_token_id == tokenizer.EOT_ID and loaded.mask_token_id == tokenizer.MASK_ID
+    assert loaded.decode(loaded.encode("x = 1\n")) == "x = 1\n"
+
+
+def test_kv_cache_generation_equals_recomputing_the_whole_sequence() -> None:
+    torch.manual_seed(0)
+    target = Target(TINY).eval()
+    prompts = torch.randint(3, TINY.vocab_size, (3, 5))
+    fast = greedy_generate(target, prompts, 6)
+    seq = prompts
+    with torch.no_grad():
+        for _ in range(6):
+            logits, _ = target(seq)
+            seq = torch.cat([seq, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(fast, seq[:, 5:])
+    cache = KVCache(TINY, 3, 11, prompts.device, torch.float32)
+    target(prompts, cache=cache)
+    assert cache.length == 5
+
+
+def test_many_blocks_at_once_equal_one_block_with_only_its_own_context() -> None:
+    """The training/eval forward puts many anchors in one pass; each must see only the context before it
+    (and, past the window, only the last `window` tokens), as the server's one block at a time does."""
+    torch.manual_seed(1)
+    target, drafter = Target(TINY).eval(), Drafter(TINY, TINY_DRAFT).eval()
+    ids = torch.randint(3, TINY.vocab_size, (2, 14))
+    with torch.no_grad():
+        _, feats = target.features(ids, TINY_DRAFT.target_layer_ids)
+        anchors = torch.tensor([3, 7, 9])
+        together = drafter(target.embed_tokens, feats, ids, anchors, 4)
+        for i, a in enumerate(anchors.tolist()):
+            alone = drafter(target.embed_tokens, feats[:, : a + 1], ids[:, : a + 1], torch.tensor([a]), 4)
+            torch.testing.assert_close(together[:, i], alone[:, 0], rtol=1e-5, atol=1e-5)
+        # features before the window are not seen: anchor 9 with window 6 reads context 3..8 only
+        edited = feats.clone()
+        edited[:, 1:3] += 1.0
+        far = drafter(target.embed_tokens, edited, ids, torch.tensor([9, 7]), 4)
+        near = drafter(target.embed_tokens, feats, ids, torch.tensor([9, 7]), 4)
+    torch.testing.assert_close(far[:, 0], near[:, 0], rtol=0, atol=0)
+    assert not torch.allclose(far[:, 1], near[:, 1]), "anchor 7 sees positions 1..6"
+
+
+def test_saved_files_use_the_names_and_config_sglang_reads(tmp_path: Path, sglang_cpu_path: str) -> None:  # noqa: F811
+    torch.manual_seed(2)
+    target, drafter = Target(TINY), Drafter(TINY, TINY_DRAFT)
+    save_model(target, TINY.hf_config(), tmp_path / "target", prefix="model.", max_shard_mb=0)
+    save_model(drafter, TINY_DRAFT.hf_config(TINY), tmp_path / "drafter", prefix="")
+    index = json.loads((tmp_path / "target" / "model.safetensors.index.json").read_text())["weight_map"]
+    assert "model.layers.0.self_attn.q_norm.weight" in index and "lm_head.weight" in index
+    assert "model.embed_tokens.weight" in index and len(set(index.values())) > 1, "sharded"
+    again = Target(TINY)
+    load_weights(again, tmp_path / "target", prefix="model.")
+    for (name, a), (_, b) in zip(target.state_dict().items(), again.state_dict().items(), strict=True):
+        assert torch.equal(a.to(torch.bfloat16), b.to(torch.bfloat16)), name
+    # SGLang's own parser reads the drafter config as the served worker will
+    script = (
+        "import json, sys\n"
+        "from sglang.srt.speculative.dflash_utils import parse_dflash_draft_config\n"
+        "cfg = parse_dflash_draft_config(draft_hf_config=json.load(open(sys.argv[1])))\n"
+        "print(json.dumps({'layers': cfg.require_num_layers(), 'block': cfg.resolve_block_size(),\n"
+        "  'ids': cfg.resolve_target_layer_ids(target_num_layers=4, draft_num_layers=1),\n"
+        "  'mask': cfg.mask_token_id}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": sglang_cpu_path, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "drafter" / "config.json")],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    parsed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert parsed == {"layers": 1, "block": 4, "ids": [0, 2], "mask": 2}
+
+
+def test_chain_and_tree_acceptance_on_known_draft_distributions() -> None:
+    """Depth 1 right, depth 2's top-1 wrong but its 2nd choice right, depth 3 right: the chain accepts 1,
+    a tree of 5 nodes with top-2 keeps 5 -> 6 -> 7 and accepts 3."""
+    vocab = 8
+    probs = torch.full((1, 3, vocab), 1e-3)
+    probs[0, 0, 5] = 0.9
+    probs[0, 1, 1], probs[0, 1, 6] = 0.5, 0.45
+    probs[0, 2, 7] = 0.95
+    logprobs = (probs / probs.sum(-1, keepdim=True)).log()
+    future = torch.tensor([[5, 6, 7]])
+    assert evaluate.chain_accepts(logprobs, future).tolist() == [1]
+    assert evaluate.tree_accepts(logprobs, future, budget=5, topk=2).tolist() == [3]
+    assert evaluate.tree_accepts(logprobs, future, budget=2, topk=2).tolist() == [1], "5->6 is the 4th node"
+    # past the end of the known continuation nothing is accepted
+    assert evaluate.chain_accepts(logprobs, torch.tensor([[5, -1, -1]])).tolist() == [1]
+
+
+def test_replay_counts_steps_as_sglang_does() -> None:
+    # 1 token from prefill; then steps emit accepted + 1, capped at max_new_tokens
+    accepts = torch.tensor([2, 0, 0, 3, 0, 0, 1, 0, 0, 0])
+    assert evaluate.replay(accepts, prompt_len=10, max_new=8) == (8, 2)  # 1, +3 (at 10), +4 (at 13)
+    assert evaluate.replay(torch.zeros(5, dtype=torch.long), prompt_len=0, max_new=5) == (5, 4)
+
+
+def test_acceptance_of_an_oracle_drafter_is_the_block_and_aligns_anchors(monkeypatch) -> None:
+    """With draft log-probs that put all mass on the true next tokens, every step accepts the whole block:
+    this pins the alignment of anchors, depths and the continuation (an off-by-one accepts nothing)."""
+    prompt, cont = [3, 4, 5, 6], [7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]
+    seq = torch.tensor(prompt + cont)
+
+    def oracle(target, drafter, ids, anchors, block):
+        out = torch.full((anchors.numel(), block - 1, 32), -30.0)
+        for i, a in enumerate(anchors.tolist()):
+            for d in range(1, block):
+                if a + d < seq.numel():
+                    out[i, d - 1, seq[a + d]] = 0.0
+        return out
+
+    monkeypatch.setattr(evaluate, "draft_logprobs", oracle)
+    target = Target(TINY)
+    result = evaluate.acceptance(target, None, [(prompt, cont)], 4, evaluate.methods((4, 8), topk=2))
+    # 12 new tokens: 1 from prefill, then steps of 4 (3 drafts + bonus): 4 + 4 + 3 (capped) = 3 steps
+    for name in ("dflash", "ddtree-4", "ddtree-8"):
+        assert result[name]["accept_length"] == pytest.approx(12 / 3), name
+
+
+def test_toy_preset_trains_and_evaluates_end_to_end(tmp_path: Path) -> None:
+    """The same code path as the H200 run, seconds long on a CPU (fake stdlib, toy sizes)."""
+    from benchmarks.pair import train
+
+    root = _fake_stdlib(tmp_path / "stdlib")
+    for i in range(40):  # more text, so the toy tokenizer and windows have something to read
+        (root / f"more{i:02d}.py").write_text("def f(x):\n    return [x * i for i in range(10)]\n" * 20)
+    assert (
+        train.main(
+            ["--out", str(tmp_path / "pair"), "--preset", "toy", "--stdlib", str(root), "--device", "cpu"]
+        )
+        == 0
+    )
+    metrics = json.loads((tmp_path / "pair" / "metrics.json").read_text())
+    assert set(metrics["offline_acceptance"]) == {"trained", "step-5"}
+    for table in metrics["offline_acceptance"].values():
+        assert set(table) == {"dflash", "ddtree-4", "ddtree-8"}
+        assert all(1.0 <= v["accept_length"] <= 4.0 for v in table.values())
+    assert (tmp_path / "pair" / "loss.png").stat().st_size > 1000
+    drafter_cfg = json.loads((tmp_path / "pair" / "drafter" / "config.json").read_text())
+    assert drafter_cfg["dflash_config"]["mask_token_id"] == tokenizer.MASK_ID
+    assert train.compare_metrics(metrics, metrics) == []
+    worse = json.loads(json.dumps(metrics))
+    worse["target_heldout_loss"] *= 1.1
+    assert train.compare_metrics(metrics, worse)[0].startswith("target_heldout_loss")
