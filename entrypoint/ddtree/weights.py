@@ -555,7 +555,9 @@ def _cmd_hash(args: Any) -> int:
 def register(subparsers: Any) -> None:
     import argparse
 
-    parser = subparsers.add_parser("weights", help="check a weights folder, or hash it (manifest)")
+    parser = subparsers.add_parser(
+        "weights", help="check a weights folder, hash it (manifest), or fetch the locked revision"
+    )
     sub = parser.add_subparsers(dest="weights_command", required=True, metavar="ACTION")
     chk = sub.add_parser(
         "check", help="the fast check: config, model type, index, every shard header and size"
@@ -576,3 +578,6 @@ def register(subparsers: Any) -> None:
     hsh.add_argument("--manifest", metavar="FILE", help="compare with this manifest; exit 1 on a difference")
     hsh.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="threads")
     hsh.set_defaults(func=_cmd_hash)
+    from ddtree import weights_fetch
+
+    weights_fetch.register(sub)
