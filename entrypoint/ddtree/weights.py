@@ -578,6 +578,7 @@ def register(subparsers: Any) -> None:
     hsh.add_argument("--manifest", metavar="FILE", help="compare with this manifest; exit 1 on a difference")
     hsh.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="threads")
     hsh.set_defaults(func=_cmd_hash)
-    from ddtree import weights_fetch
+    from ddtree import weights_capture, weights_fetch
 
     weights_fetch.register(sub)
+    weights_capture.register(sub)

@@ -276,50 +276,6 @@ def folder_files(folder: Path) -> dict[str, Path]:
     return dict(sorted(found.items()))
 
 
-def capture_model(
-    folder: Path,
-    role: str,
-    repo: str,
-    revision: str | None = None,
-    gated: bool = False,
-    workers: int | None = None,
-    stream: TextIO | None = None,
-    source: str = "",
-) -> LockedModel:
-    """A lock entry for the files in `folder` (a plain folder or a Hugging Face cache repository):
-    sizes and sha256 (the thread-pool hasher with its progress bar), nothing copied. The revision is
-    the cache's snapshot commit when there is one, else `revision`, else unknown."""
-    from ddtree import weights  # weights imports this module's siblings; late import keeps it light
-
-    checkout = resolve_checkout(Path(folder), revision)
-    if not checkout.path.is_dir():
-        raise UserError(f"{role} weights folder {folder} is not a folder: give the model folder")
-    files = folder_files(checkout.path)
-    if not files:
-        raise UserError(f"{role} weights folder {checkout.path} holds no files: wrong folder?")
-    total = sum(p.stat().st_size for p in files.values())
-    digests = weights.hash_files(
-        list(files.values()),
-        workers=workers,
-        progress=weights.Progress(total, stream=stream, label=f"sha256 {role}"),
-    )
-    locked = tuple(
-        LockedFile(path=rel, size=path.stat().st_size, sha256=digests[path]) for rel, path in files.items()
-    )
-    if checkout.revision and revision and checkout.revision != revision:
-        raise UserError(
-            f"{role} weights {folder} are revision {checkout.revision} but --revision says {revision}"
-        )
-    return LockedModel(
-        role=role,
-        repo=repo,
-        revision=checkout.revision or revision,
-        gated=gated,
-        files=locked,
-        source=source,
-    )
-
-
 @dataclass(frozen=True)
 class Comparison:
     """How a folder compares with its lock entry: `problems` are one-line findings, first one first."""

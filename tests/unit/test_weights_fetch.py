@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ddtree import cli, weights_fetch, weights_lock
+from ddtree import cli, weights_capture, weights_fetch, weights_lock
 
 from tests.fake_hub import FakeHub, FakeRepo
 from tests.synthetic_weights import write_drafter, write_target
@@ -55,8 +55,8 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     weights_lock.write_lock(
         lock,
         {
-            "target": weights_lock.capture_model(target_a, "target", "moonshotai/Kimi-K2.6", REV_A),
-            "drafter": weights_lock.capture_model(
+            "target": weights_capture.capture_model(target_a, "target", "moonshotai/Kimi-K2.6", REV_A),
+            "drafter": weights_capture.capture_model(
                 drafter, "drafter", "z-lab/Kimi-K2.6-DFlash", REV_A, gated=True
             ),
         },
