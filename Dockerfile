@@ -113,6 +113,9 @@ ENV CUDA_DEVICE_ORDER=PCI_BUS_ID \
     NCCL_P2P_DISABLE=1 \
     SGLANG_ENABLE_JIT_DEEPGEMM=0 \
     TORCH_CUDA_ARCH_LIST=12.0
+# CycloneDX SBOM (ddtree-build image writes it from the lock, the base, the patch series and env/weights.yaml;
+# it names the image version, so this small layer changes per commit); `ddtree selfcheck --offline` summarises it.
+COPY build-inputs/sbom.cdx.json /opt/ddtree/sbom.cdx.json
 WORKDIR /opt/ddtree
 EXPOSE 30000
 ENTRYPOINT ["ddtree", "serve"]

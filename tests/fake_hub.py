@@ -5,12 +5,14 @@ HEAD and GET of /ORG/NAME/resolve/REVISION/PATH, answered with X-Repo-Commit, ET
 Hub does for LFS files) and Content-Length; `Range: bytes=N-` gets 206 (resumed downloads); a gated
 repository without `Authorization: Bearer TOKEN` gets 401 with X-Error-Code: GatedRepo, an unknown file
 404 with EntryNotFound. Knobs for the tests: `corrupt` (path -> bytes served instead), `cut_once`
-(path -> bytes: the first GET of that path sends that many bytes of the body, then drops the connection). Every request is recorded.
+(path -> bytes: the first GET of that path sends that many bytes of the body, then drops the
+connection). Every request is recorded.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -54,7 +56,7 @@ class FakeHub:
                 self._answer(body=True)
 
             def _error(self, status: int, code: str, message: str) -> None:
-                raw = ('{"error": "%s"}' % message).encode()
+                raw = json.dumps({"error": message}).encode()
                 self.send_response(status)
                 self.send_header("X-Error-Code", code)
                 self.send_header("X-Error-Message", message)

@@ -354,7 +354,11 @@ def _readme(facts: Capture, version: str) -> str:
 
 
 def _cmd_capture(args: argparse.Namespace) -> int:
-    weights = {role: folder for role, folder in (("target", args.weights_target), ("drafter", args.weights_drafter)) if folder}
+    weights = {
+        role: folder
+        for role, folder in (("target", args.weights_target), ("drafter", args.weights_drafter))
+        if folder
+    }
     facts = capture(
         Path(args.out), python=args.python, services=args.service, wheel=args.wheel, weights=weights or None
     )
@@ -384,6 +388,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             f"--weights-{role}",
             type=Path,
             metavar="DIR",
-            help=f"the served {role} weights (plain folder or Hugging Face cache repo): recorded in env/weights.yaml",
+            help=f"the served {role} weights (plain folder or Hugging Face cache repo) -> env/weights.yaml",
         )
     parser.set_defaults(func=_cmd_capture)

@@ -51,7 +51,8 @@ def check_shapes(
         raise _fail(
             config_path,
             f"has hidden_size {hidden} but the target's is {target_hidden}: the drafter uses the target's "
-            "embeddings and LM head, so it belongs to another model; mount the drafter trained for this target",
+            "embeddings and LM head, so it belongs to another model; mount the drafter trained for this "
+            "target",
         )
     if vocab is not None and target_vocab is not None and vocab != target_vocab:
         raise _fail(

@@ -54,7 +54,9 @@ def check_layout(header: dict[str, Any], label: str) -> tuple[int, int]:
             continue
 
         def corrupt(problem: str, tensor: str = name) -> UserError:
-            return UserError(f"shard {label} has a corrupt header: tensor {tensor!r} {problem}; copy it again")
+            return UserError(
+                f"shard {label} has a corrupt header: tensor {tensor!r} {problem}; copy it again"
+            )
 
         if not isinstance(entry, dict):
             raise corrupt(f"is {entry!r}, not a mapping")

@@ -1,9 +1,9 @@
 """Self-check of the weights against the weights lock (env/weights.yaml), registered into selfcheck.
 
-    weights-lock   the mounted target and drafter against their lock entries: file list, sizes and the
-                   small files' sha256 always; every file's sha256 with --full-hash (weights_lock.compare).
-                   A lock entry with `unknown` values passes and says what it could not compare;
-                   DDTREE_ALLOW_UNLOCKED_WEIGHTS=1 turns a difference into a pass that says so.
+weights-lock   the mounted target and drafter against their lock entries: file list, sizes and the
+               small files' sha256 always; every file's sha256 with --full-hash (weights_lock.compare).
+               A lock entry with `unknown` values passes and says what it could not compare;
+               DDTREE_ALLOW_UNLOCKED_WEIGHTS=1 turns a difference into a pass that says so.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import io
 from collections.abc import Callable
 from pathlib import Path
 
-from ddtree import serve, weights_lock
+from ddtree import weights_lock
 from ddtree.errors import UserError
 from ddtree.selfcheck import CheckResult, Context, check, failed, passed, skipped
 from ddtree.selfcheck_image import _needs_plan

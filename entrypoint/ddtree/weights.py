@@ -314,7 +314,11 @@ def check_drafter(
                 )
     shards: tuple[ShardInfo, ...] = ()
     paths: list[Path] = []
-    if (folder / INDEX_NAME).exists() or (folder / SINGLE_NAME).is_symlink() or (folder / SINGLE_NAME).exists():
+    if (
+        (folder / INDEX_NAME).exists()
+        or (folder / SINGLE_NAME).is_symlink()
+        or (folder / SINGLE_NAME).exists()
+    ):
         paths = shard_paths(folder)
         shards = check_shards(paths)
     drafter_shapes.check_shapes(

@@ -10,7 +10,6 @@ from the base lock (the checkout's env/weights.yaml), or `unknown`.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
@@ -126,23 +125,33 @@ def _cmd_lock(args: argparse.Namespace) -> int:
         out,
         folders,
         repos={role: getattr(args, f"{role}_repo") for role in ROLES if getattr(args, f"{role}_repo")},
-        revisions={role: getattr(args, f"{role}_revision") for role in ROLES if getattr(args, f"{role}_revision")},
+        revisions={
+            role: getattr(args, f"{role}_revision") for role in ROLES if getattr(args, f"{role}_revision")
+        },
         base=out,
         source=f"captured by ddtree weights lock on {platform.node()}",
     )
     for role in folders:
         model = models[role]
         size = sum(f.size or 0 for f in model.files or ())
-        print(f"locked {role} {model.describe()}: {len(model.files or ())} files, {size / 1e9:.2f} GB -> {out}")
+        print(
+            f"locked {role} {model.describe()}: {len(model.files or ())} files, {size / 1e9:.2f} GB -> {out}"
+        )
     return 0
 
 
 def register(sub: Any) -> None:
     """`ddtree weights lock` (added to `ddtree weights` by weights.register)."""
-    parser = sub.add_parser("lock", help="record the served weights (sizes, sha256, revision) in the weights lock")
+    parser = sub.add_parser(
+        "lock", help="record the served weights (sizes, sha256, revision) in the weights lock"
+    )
     for role in ROLES:
-        parser.add_argument(f"--{role}", metavar="DIR", help=f"the {role} folder (plain, or a Hugging Face cache repo)")
+        parser.add_argument(
+            f"--{role}", metavar="DIR", help=f"the {role} folder (plain, or a Hugging Face cache repo)"
+        )
         parser.add_argument(f"--{role}-repo", metavar="ORG/NAME", help=f"default {DEFAULT_REPOS[role]}")
         parser.add_argument(f"--{role}-revision", metavar="COMMIT", help="the commit, for a plain folder")
-    parser.add_argument("--out", metavar="FILE", help="the lock to write (default: $DDTREE_ENV_DIR/weights.yaml)")
+    parser.add_argument(
+        "--out", metavar="FILE", help="the lock to write (default: $DDTREE_ENV_DIR/weights.yaml)"
+    )
     parser.set_defaults(func=_cmd_lock)

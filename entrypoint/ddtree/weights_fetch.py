@@ -102,8 +102,9 @@ def require_pinned(model: weights_lock.LockedModel, lock_path: Path) -> None:
     if model.revision is None or model.files is None:
         unknown = ", ".join(model.unknowns())
         raise UserError(
-            f"{lock_path}: {model.role} ({model.repo}) has {unknown} unknown: nothing exact to fetch; a capture "
-            "of the original host fills the lock (ddtree-build capture --weights-target/--weights-drafter)"
+            f"{lock_path}: {model.role} ({model.repo}) has {unknown} unknown: nothing exact to fetch; "
+            "a capture of the original host fills the lock "
+            "(ddtree-build capture --weights-target/--weights-drafter)"
         )
 
 
@@ -149,7 +150,9 @@ def partial_path(dest: Path, rel: str) -> Path:
     return dest / PARTIAL_DIR / f"{rel}.incomplete"
 
 
-def _download(model: weights_lock.LockedModel, entry: weights_lock.LockedFile, dest: Path, token: str | None) -> None:
+def _download(
+    model: weights_lock.LockedModel, entry: weights_lock.LockedFile, dest: Path, token: str | None
+) -> None:
     """Append the missing bytes of one file to its partial file, then move it into place.
 
     huggingface_hub's `http_get` does the transfer (Range requests from the partial file's size, five
@@ -204,13 +207,16 @@ def fetch(
         try:
             dest.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise UserError(f"--to {to}: cannot create {dest} ({exc.strerror}); is the mount read-only?") from exc
+            raise UserError(
+                f"--to {to}: cannot create {dest} ({exc.strerror}); is the mount read-only?"
+            ) from exc
         reports[role] = fetch_role(lock.models[role], dest, lock.path, token, offline, log)
     for role, report in reports.items():
         if report.bad:
             raise UserError(
-                f"{role}: {report.bad[0]} ({len(report.bad)} bad, removed; {len(report.present) + len(report.fetched)} "
-                f"good files kept): run the fetch again; if it repeats, the Hub's file differs from the lock",
+                f"{role}: {report.bad[0]} ({len(report.bad)} bad, removed; "
+                f"{len(report.present) + len(report.fetched)} good files kept): run the fetch again; "
+                "if it repeats, the Hub's file differs from the lock",
                 exit_code=EXIT_INCOMPLETE,
             )
         if report.missing:
@@ -230,7 +236,8 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
     reports = fetch(Path(args.to), roles, lock_path=lock_path, token=token, offline=offline)
     for role, report in reports.items():
         print(
-            f"ok   {role} {Path(args.to) / role}: {len(report.present) + len(report.fetched)} files match the lock "
+            f"ok   {role} {Path(args.to) / role}: {len(report.present) + len(report.fetched)} files match "
+            "the lock "
             f"({len(report.fetched)} fetched, {len(report.present)} already here)"
         )
     return 0
@@ -247,6 +254,10 @@ def register(sub: Any) -> None:
     parser.add_argument("--to", required=True, metavar="DIR", help="writes DIR/target and DIR/drafter")
     parser.add_argument("--only", choices=weights_lock.ROLES, help="fetch one role only")
     parser.add_argument("--token-file", metavar="FILE", help="file holding the Hub token (else HF_TOKEN)")
-    parser.add_argument("--lock", metavar="FILE", help="the weights lock (default: $DDTREE_ENV_DIR/weights.yaml)")
-    parser.add_argument("--offline", action="store_true", help="only verify what is there (as HF_HUB_OFFLINE=1)")
+    parser.add_argument(
+        "--lock", metavar="FILE", help="the weights lock (default: $DDTREE_ENV_DIR/weights.yaml)"
+    )
+    parser.add_argument(
+        "--offline", action="store_true", help="only verify what is there (as HF_HUB_OFFLINE=1)"
+    )
     parser.set_defaults(func=_cmd_fetch)

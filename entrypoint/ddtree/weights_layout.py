@@ -119,7 +119,6 @@ def dangling_link_error(path: Path, what: str) -> UserError | None:
     )
 
 
-
 def is_read_only(folder: Path) -> bool | None:
     """Whether the filesystem holding `folder` is mounted read-only (None when it cannot be told)."""
     try:

@@ -33,8 +33,8 @@ import yaml
 
 from ddtree import targets
 from ddtree.errors import UserError
-from ddtree.fsutil import atomic_write, sha256_bytes, sha256_file
-from ddtree.weights_layout import Checkout, resolve_checkout
+from ddtree.fsutil import atomic_write, sha256_file
+from ddtree.weights_layout import resolve_checkout
 from ddtree.yamlfile import load_yaml
 
 SCHEMA_VERSION = 1
@@ -138,7 +138,9 @@ def _files(source: Path | str, key: str, data: Any) -> tuple[LockedFile, ...] | 
             or ".." in path.split("/")
             or any(part.startswith(".") for part in path.split("/"))
         ):
-            raise _fail(source, f"{where}.path", f"must be a relative path inside the repository, got {path!r}")
+            raise _fail(
+                source, f"{where}.path", f"must be a relative path inside the repository, got {path!r}"
+            )
         if path in seen:
             raise _fail(source, f"{where}.path", f"{path!r} is listed twice")
         seen.add(path)
@@ -164,7 +166,9 @@ def _model(source: Path | str, role: str, data: Any) -> LockedModel:
         raise _fail(source, prefix, "must be a mapping with repo, revision, gated, files")
     unknown_keys = sorted(set(data) - _MODEL_KEYS)
     if unknown_keys:
-        raise _fail(source, f"{prefix}.{unknown_keys[0]}", f"unknown key; allowed: {', '.join(sorted(_MODEL_KEYS))}")
+        raise _fail(
+            source, f"{prefix}.{unknown_keys[0]}", f"unknown key; allowed: {', '.join(sorted(_MODEL_KEYS))}"
+        )
     repo = data.get("repo")
     if not isinstance(repo, str) or not _REPO.match(repo):
         raise _fail(source, f"{prefix}.repo", f"must be a Hugging Face id ORG/NAME, got {repo!r}")
@@ -337,8 +341,10 @@ def compare(
     digests = weights.hash_files([p for _, p in to_hash], workers=workers, progress=progress)
     for rel, path in to_hash:
         if digests[path] != locked[rel].sha256:
-            problems.append(f"{model.role} file {path} has sha256 {digests[path][:16]}..., {where} says "
-                            f"{locked[rel].sha256[:16]}...")  # type: ignore[index]
+            problems.append(
+                f"{model.role} file {path} has sha256 {digests[path][:16]}..., {where} says "
+                f"{locked[rel].sha256[:16]}..."
+            )  # type: ignore[index]
     return Comparison(model.role, root, model, problems, len(present), total, full)
 
 

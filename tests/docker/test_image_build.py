@@ -196,6 +196,7 @@ def test_committed_dockerfile_builds_with_a_stand_in_base(
     args = image.build_args_for(ctx, image.OVERRIDE_LOCK, pip_check=False)
     args["BASE_IMAGE"] = base_image.base_tag()
     tag = "ddtree-test:nvidia-stand-in"
+    image.write_image_sbom(folder, image.OVERRIDE_LOCK, ctx, args, tag, tmp_path / "sbom.cdx.json")
     log = tmp_path / "build.log"
     try:
         engine.build_image(

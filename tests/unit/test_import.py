@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ddtree import weights_lock
 from ddtree.errors import UserError
 from ddtree.lockfile import read_pins
-from ddtree import weights_lock
 from ddtree.reference import load_reference
 from ddtree.targets import load_target
 from ddtree_build import capture, import_package

@@ -82,7 +82,8 @@ def test_drafter_fc_weight_must_fit_the_captured_layers(pair, capsys) -> None:
     code, _, err = _cli(capsys, "weights", "check", str(target), "--drafter", str(drafter))
     assert code == 1
     assert err == [
-        f"ddtree: error: drafter config {drafter / 'config.json'} captures 2 target layers, so fc.weight must be "
+        f"ddtree: error: drafter config {drafter / 'config.json'} captures 2 target layers, so fc.weight "
+        "must be "
         "[64, 128], but the drafter's weights hold [64, 192]: config and weights belong to different drafters"
     ]
     _write_raw_shard(drafter / "model.safetensors", {"fc.weight": ("BF16", [64, 128])})
@@ -99,7 +100,10 @@ def test_selfcheck_drafter_check_compares_shapes(pair, tmp_path: Path) -> None:
     }  # fmt: skip
     checks = [c for c in selfcheck.REGISTRY if c.name == "drafter"]
     (outcome,) = selfcheck.run_checks(checks, selfcheck.Context(offline=True, environ=environ))
-    assert outcome.result.status == "fail" and "has hidden_size 128 but the target's is 64" in outcome.result.detail
+    assert (
+        outcome.result.status == "fail"
+        and "has hidden_size 128 but the target's is 64" in outcome.result.detail
+    )
 
 
 # ---------------------------------------------------------------- safetensors header arithmetic
@@ -129,10 +133,13 @@ def _write_raw_shard(path: Path, tensors: dict[str, tuple[str, list[int]]], offs
 @pytest.mark.parametrize(
     ("tensors", "offsets", "expected"),
     [
-        ({"w": ("F32", [4])}, {"w": [0, 8]}, "tensor 'w' is F32 x [4] = 16 bytes but data_offsets [0, 8] hold 8"),
+        ({"w": ("F32", [4])}, {"w": [0, 8]},
+         "tensor 'w' is F32 x [4] = 16 bytes but data_offsets [0, 8] hold 8"),
         ({"w": ("Q7", [4])}, None, "tensor 'w' has unknown dtype 'Q7'"),
-        ({"a": ("U8", [4]), "b": ("U8", [4])}, {"b": [6, 10]}, "tensor 'b' at data_offsets [6, 10] leaves a gap at byte 4"),
-        ({"a": ("U8", [4]), "b": ("U8", [4])}, {"b": [2, 6]}, "tensor 'b' at data_offsets [2, 6] overlaps the tensor before it"),
+        ({"a": ("U8", [4]), "b": ("U8", [4])}, {"b": [6, 10]},
+         "tensor 'b' at data_offsets [6, 10] leaves a gap at byte 4"),
+        ({"a": ("U8", [4]), "b": ("U8", [4])}, {"b": [2, 6]},
+         "tensor 'b' at data_offsets [2, 6] overlaps the tensor before it"),
         ({"w": ("F4", [3])}, {"w": [0, 2]}, "tensor 'w' has F4 x [3], which does not fill whole bytes"),
         ({"w": ("U8", [-4])}, {"w": [0, 0]}, "tensor 'w' has shape [-4]"),
     ],
@@ -149,10 +156,9 @@ def test_header_arithmetic(tmp_path: Path, capsys, tensors, offsets, expected) -
     assert err[0] == f"ddtree: error: shard {shard} has a corrupt header: {expected}; copy it again"
     # The safetensors library refuses the same file.
     safetensors = pytest.importorskip("safetensors")
-    with pytest.raises(Exception):  # noqa: B017 (its error types differ by version)
-        with safetensors.safe_open(str(shard), "np") as handle:
-            for name in handle.keys():  # noqa: SIM118
-                handle.get_tensor(name)
+    with pytest.raises(Exception), safetensors.safe_open(str(shard), "np") as handle:  # noqa: B017 (types vary)
+        for name in handle.keys():  # noqa: SIM118
+            handle.get_tensor(name)
 
 
 def test_good_synthetic_shards_pass_both_checks(tmp_path: Path) -> None:
@@ -191,7 +197,8 @@ def test_dangling_link_to_a_host_path(tmp_path: Path, capsys) -> None:
     code, _, err = _cli(capsys, "weights", "check", str(folder))
     assert code == 1
     assert err == [
-        f"ddtree: error: shard {shard} is a link to /data/hf/model-00001-of-00002.safetensors, which does not "
+        f"ddtree: error: shard {shard} is a link to /data/hf/model-00001-of-00002.safetensors, which does "
+        "not "
         "exist here (outside the mount, or absent on this machine): copy the file into the folder, or mount "
         "its target too"
     ]
@@ -213,7 +220,8 @@ def test_snapshot_mounted_without_its_blobs(tmp_path: Path, capsys) -> None:
         f"ddtree: error: target config {mounted / 'config.json'} is a link to ../../blobs/"
     )
     assert err[0].endswith(
-        "which is absent here: a Hugging Face cache snapshot mounted without its blobs/; mount the repository "
+        "which is absent here: a Hugging Face cache snapshot mounted without its blobs/; mount the "
+        "repository "
         "folder (models--ORG--NAME, holding snapshots/ and blobs/) instead"
     )
     # The whole repository folder works, and so does the snapshot on the host (its links resolve).
@@ -248,13 +256,16 @@ def test_hash_write_to_a_read_only_folder_fails_before_hashing(
     folder = tmp_path / "t"
     write_target(folder)
     monkeypatch.setattr(
-        weights.tempfile, "mkstemp", lambda **_: (_ for _ in ()).throw(OSError(errno.EROFS, "Read-only file system"))
+        weights.tempfile,
+        "mkstemp",
+        lambda **_: (_ for _ in ()).throw(OSError(errno.EROFS, "Read-only file system")),
     )
     monkeypatch.setattr(weights, "hash_files", lambda *a, **k: pytest.fail("hashed before checking --write"))
     code, out, err = _cli(capsys, "weights", "hash", str(folder), "--write", str(folder / "weights.sha256"))
     assert code == 1 and out == []
     assert err == [
-        f"ddtree: error: --write {folder / 'weights.sha256'} cannot be written (Read-only file system): the folder "
+        f"ddtree: error: --write {folder / 'weights.sha256'} cannot be written (Read-only file system): "
+        "the folder "
         f"{folder} is read-only or absent (weights are mounted read-only); write it elsewhere, e.g. "
         "/tmp/weights.sha256"
     ]
@@ -283,7 +294,8 @@ def test_missing_manifest_is_reported_before_hashing(tmp_path: Path, capsys) -> 
     code, out, err = _cli(capsys, "weights", "hash", str(folder), "--manifest", str(tmp_path / "none.sha256"))
     assert code == 1 and out == []
     assert err == [
-        f"ddtree: error: weights manifest {tmp_path / 'none.sha256'} cannot be read (No such file or directory): "
+        f"ddtree: error: weights manifest {tmp_path / 'none.sha256'} cannot be read "
+        "(No such file or directory): "
         "check --manifest"
     ]  # no progress line: nothing was hashed
 

@@ -28,7 +28,9 @@ TOKEN = "hf_faketoken0123456789"
 
 
 def _folder_bytes(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 @pytest.fixture
@@ -141,7 +143,9 @@ def test_corrupt_file_refused_by_name(hub, tmp_path: Path, capsys) -> None:
     hub.corrupt.clear()
     hub.requests.clear()
     assert _fetch("--to", str(out), "--only", "target") == 0
-    assert [p for m, p, _, _ in hub.requests if m == "GET" and "/resolve/" in p] == [f"moonshotai/Kimi-K2.6/resolve/{REV_A}/{shard}"]
+    assert [p for m, p, _, _ in hub.requests if m == "GET" and "/resolve/" in p] == [
+        f"moonshotai/Kimi-K2.6/resolve/{REV_A}/{shard}"
+    ]
 
 
 def test_gated_without_token_one_line(hub, tmp_path: Path) -> None:
@@ -189,7 +193,8 @@ def test_offline_complete_folder(hub, tmp_path: Path, monkeypatch, capsys) -> No
     assert _fetch("--to", str(out), "--only", "target") == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
-        f"ddtree: error: target: {out / 'target' / 'config.json'} is missing (1 files) and the run is offline: "
+        f"ddtree: error: target: {out / 'target' / 'config.json'} is missing (1 files) and the run is "
+        "offline: "
         "fetch with the Hub reachable"
     ]
 

@@ -8,7 +8,6 @@ selfcheck framework. The 600 GB model is not here; the folders are tiny.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -55,8 +54,10 @@ def _doc() -> dict:
         (lambda d: d.update(schema=2), "schema: must be 1, got 2"),
         (lambda d: d["models"].pop("drafter"), "models.drafter: is required"),
         (lambda d: d["models"].update(extra={}), "models.extra: unknown role"),
-        (lambda d: d["models"]["target"].update(revision="main"), "models.target.revision: must be a commit hash"),
-        (lambda d: d["models"]["target"].update(repo="Kimi"), "models.target.repo: must be a Hugging Face id"),
+        (lambda d: d["models"]["target"].update(revision="main"),
+         "models.target.revision: must be a commit hash"),
+        (lambda d: d["models"]["target"].update(repo="Kimi"),
+         "models.target.repo: must be a Hugging Face id"),
         (lambda d: d["models"]["target"].update(gated="no"), "models.target.gated: must be true or false"),
         (lambda d: d["models"]["target"].update(files=[{"path": "../x", "size": 1, "sha256": "unknown"}]),
          "models.target.files[0].path: must be a relative path"),
@@ -65,7 +66,7 @@ def _doc() -> dict:
         (lambda d: d["models"]["target"].update(files=[{"path": "x", "size": 1, "sha256": "abc"}]),
          "models.target.files[0].sha256: must be 64 lower-case hex digits"),
         (lambda d: d["models"]["target"].update(
-            files=[{"path": "x", "size": 1, "sha256": "unknown"}, {"path": "x", "size": 1, "sha256": "unknown"}]),
+            files=[{"path": "x", "size": 1, "sha256": "unknown"}] * 2),
          "models.target.files[1].path: 'x' is listed twice"),
         (lambda d: d["models"]["target"].update(colour="red"), "models.target.colour: unknown key"),
     ],
@@ -130,7 +131,9 @@ def test_capture_refuses_a_missing_folder_before_hashing(served, tmp_path: Path,
                      "--out", str(out)])  # fmt: skip
     assert code == 1 and not out.exists()
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"ddtree: error: drafter weights folder {tmp_path / 'no'} is not a folder: give the model folder"]
+    assert err == [
+        f"ddtree: error: drafter weights folder {tmp_path / 'no'} is not a folder: give the model folder"
+    ]
 
 
 # ---------------------------------------------------------------- comparison
@@ -154,8 +157,12 @@ def test_compare_finds_each_kind_of_difference(locked, monkeypatch: pytest.Monke
     """Shards are hashed by the fast check only when small: here "small" is cut to 200 bytes, so the
     ~300-byte synthetic shards stand for the real multi-GB ones and the config for the small files."""
     monkeypatch.setattr(weights_lock, "SMALL_FILE_BYTES", 200)
-    path, lock, copy = locked
-    assert (copy / "model-00001-of-00002.safetensors").stat().st_size > 200 > (copy / "config.json").stat().st_size
+    path, _, copy = locked
+    assert (
+        (copy / "model-00001-of-00002.safetensors").stat().st_size
+        > 200
+        > (copy / "config.json").stat().st_size
+    )
     where = f"the lock {path} (moonshotai/Kimi-K2.6@{REV_A[:12]})"
     shard = copy / "model-00001-of-00002.safetensors"
     # Same size, other bytes: only the full hash sees a shard's content...
@@ -170,8 +177,9 @@ def test_compare_finds_each_kind_of_difference(locked, monkeypatch: pytest.Monke
     assert any(p.startswith(f"target file {copy / 'config.json'} has sha256") for p in _problems(locked))
     with open(shard, "ab") as handle:
         handle.write(b"x")
-    assert f"target file {shard} is {shard.stat().st_size} bytes, {where} says {shard.stat().st_size - 1}" in (
-        _problems(locked)
+    assert (
+        f"target file {shard} is {shard.stat().st_size} bytes, {where} says {shard.stat().st_size - 1}"
+        in (_problems(locked))
     )
     (copy / "model-00002-of-00002.safetensors").unlink()
     (copy / "extra.safetensors").write_bytes(b"x")
@@ -218,14 +226,19 @@ def test_enforce_says_what_an_unknown_lock_cannot_compare(tmp_path: Path) -> Non
     folder = tmp_path / "t"
     write_target(folder)
     lines: list[str] = []
-    assert weights_lock.enforce("target", folder, {}, log=lines.append, lock_path=REPO / "env" / "weights.yaml")
+    assert weights_lock.enforce(
+        "target", folder, {}, log=lines.append, lock_path=REPO / "env" / "weights.yaml"
+    )
     assert lines == [
-        f"warn lock     target moonshotai/Kimi-K2.6: revision, files unknown in {REPO / 'env' / 'weights.yaml'} "
+        "warn lock     target moonshotai/Kimi-K2.6: revision, files unknown in "
+        f"{REPO / 'env' / 'weights.yaml'} "
         "(filled by a capture of the original host); compared 0 files only as far as it pins"
     ]
     lines.clear()
     weights_lock.enforce("target", folder, {}, log=lines.append, lock_path=tmp_path / "none.yaml")
-    assert lines == [f"warn lock     no weights lock at {tmp_path / 'none.yaml'}: target weights not compared"]
+    assert lines == [
+        f"warn lock     no weights lock at {tmp_path / 'none.yaml'}: target weights not compared"
+    ]
 
 
 # ---------------------------------------------------------------- serve and selfcheck
@@ -254,7 +267,10 @@ def test_serve_loads_the_locked_snapshot_of_a_cache_mount(served, locked) -> Non
     serve.preflight(launch, environ, log=lines.append)
     snapshot = served["cache"] / "snapshots" / REV_A
     assert lines[0].startswith(f"ok   weights  {snapshot}: kimi_k25, 2 shards")
-    assert lines[1] == f"ok   lock     target matches moonshotai/Kimi-K2.6@{REV_A[:12]} (4 files: file list, sizes, sha256 of the small files)"
+    assert (
+        lines[1] == f"ok   lock     target matches moonshotai/Kimi-K2.6@{REV_A[:12]} "
+        "(4 files: file list, sizes, sha256 of the small files)"
+    )
     assert any(line.startswith("warn mount    ") and "read-write" in line for line in lines)
     command = launch.command
     assert command[command.index("--model-path") + 1] == str(snapshot)
@@ -292,7 +308,9 @@ def test_selfcheck_weights_lock(served, locked, tmp_path: Path) -> None:
     environ = _serve_env(path, copy, served["drafter"], PATH="/nonexistent")
     (outcome,) = selfcheck.run_checks(checks, selfcheck.Context(offline=True, environ=environ))
     assert outcome.result.status == "fail"
-    assert outcome.result.detail.startswith(f"target file {copy / 'tokenizer_config.json'} is not in the lock")
+    assert outcome.result.detail.startswith(
+        f"target file {copy / 'tokenizer_config.json'} is not in the lock"
+    )
 
 
 def test_hf_snapshot_resolution(served) -> None:
