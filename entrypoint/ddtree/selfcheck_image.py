@@ -12,6 +12,7 @@ saw in one line; a fix is named in every failure. What the checks read, and wher
     gpu, shm      as `ddtree serve` checks them
     weights, drafter   the fast weights checks, on the folders the launch would use
     weights-hash  sha256 of every target shard, only with --full-hash; against --weights-manifest if given
+                  (without one, when the weights lock lists the files, the weights-lock check hashes instead)
 
 DDTREE_SKIP_CHECKS (the same list `ddtree serve` honours: weights, drafter, gpu, shm, port) turns a check
 into "skip", for machines that cannot run it (no GPU on a build host).
