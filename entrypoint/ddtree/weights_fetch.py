@@ -97,6 +97,17 @@ def _hub_error(exc: Exception, model: weights_lock.LockedModel, filename: str, t
     return UserError(f"downloading {filename} of {where} failed ({type(exc).__name__}: {detail})")
 
 
+def require_hub_client() -> None:
+    """huggingface_hub is in the image's lock; on another host it may be missing: say so, no traceback."""
+    try:
+        import huggingface_hub  # noqa: F401
+    except ImportError as exc:
+        raise UserError(
+            "huggingface_hub is not installed here (the image has it): pip install huggingface-hub==1.20.1, "
+            "or run the fetch in the image (docker compose run --rm ddtree-fetch)"
+        ) from exc
+
+
 def require_pinned(model: weights_lock.LockedModel, lock_path: Path) -> None:
     """A fetch needs the commit and the file list; unknown ones are refused before anything is written."""
     if model.revision is None or model.files is None:
@@ -199,6 +210,8 @@ def fetch(
     """Fetch the roles into to/ROLE; raises UserError naming the first bad or missing file at the end."""
     log = log if log is not None else sys.stdout
     lock = weights_lock.load_lock(lock_path)
+    if not offline:
+        require_hub_client()
     for role in roles:
         require_pinned(lock.models[role], lock.path)
     reports: dict[str, FetchReport] = {}

@@ -148,6 +148,23 @@ def test_corrupt_file_refused_by_name(hub, tmp_path: Path, capsys) -> None:
     ]
 
 
+def test_a_bad_local_copy_is_replaced(hub, tmp_path: Path, capsys) -> None:
+    """A file already in the folder but not what the lock says (same size, other bytes) is removed and
+    fetched again; huggingface_hub alone would have kept it."""
+    out = tmp_path / "models"
+    assert _fetch("--to", str(out), "--only", "target") == 0
+    shard = out / "target" / "model-00002-of-00003.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[100] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert _fetch("--to", str(out), "--only", "target") == 0
+    printed = capsys.readouterr().out
+    assert f"bad  target {shard}: sha256 " in printed and "removed, fetching it again" in printed
+    assert "(1 fetched, 4 already here)" in printed
+    assert shard.read_bytes() == (hub.sources["target"] / shard.name).read_bytes()
+
+
 def test_gated_without_token_one_line(hub, tmp_path: Path) -> None:
     """Through a real process: one line on stderr, exit 1, no file written."""
     out = tmp_path / "models"
