@@ -113,6 +113,9 @@ ENV CUDA_DEVICE_ORDER=PCI_BUS_ID \
     NCCL_P2P_DISABLE=1 \
     SGLANG_ENABLE_JIT_DEEPGEMM=0 \
     TORCH_CUDA_ARCH_LIST=12.0
+# CycloneDX SBOM (ddtree-build image writes it from the lock, the base, the patch series and env/weights.yaml;
+# it names the image version, so this small layer changes per commit); `ddtree selfcheck --offline` summarises it.
+COPY build-inputs/sbom.cdx.json /opt/ddtree/sbom.cdx.json
 WORKDIR /opt/ddtree
 EXPOSE 30000
 ENTRYPOINT ["ddtree", "serve"]
@@ -126,7 +129,7 @@ ARG PATCHES_SHA256
 ARG BASE_IMAGE
 ARG BASE_DIGEST
 # The same labels as JSON inside the image, for `ddtree selfcheck` (a container cannot read its own labels).
-# This tiny layer and the LABEL below are the only ones that change from commit to commit.
+# This tiny layer, the SBOM copy and the LABEL below are the only ones that change from commit to commit.
 RUN python -c 'import json, sys; a = sys.argv[1:]; print(json.dumps(dict(zip(a[::2], a[1::2])), indent=2))' \
         "org.opencontainers.image.title" "ddtree-pro6000" \
         "org.opencontainers.image.description" "Kimi K2.6 on SGLang 0.5.13.post1 with DFlash + DDTree, target pro6000" \

@@ -82,3 +82,28 @@ def write_drafter(folder: Path, block_size: int = 8, target_layer_ids: list[int]
     (folder / "config.json").write_text(json.dumps(config))
     write_shard(folder / "model.safetensors", {"fc.weight": 32})
     return folder
+
+
+def write_hf_cache(cache: Path, repo: str, snapshots: dict[str, Path], main: str) -> Path:
+    """A Hugging Face hub cache repository for `repo` (ORG/NAME) as huggingface_hub lays it out:
+    models--ORG--NAME/blobs/SHA256 (the data), snapshots/COMMIT/PATH (relative links into ../../blobs),
+    refs/main (a commit). `snapshots` maps each commit to a plain folder whose files it holds."""
+    import hashlib
+
+    root = cache / ("models--" + repo.replace("/", "--"))
+    (root / "blobs").mkdir(parents=True, exist_ok=True)
+    for commit, source in snapshots.items():
+        for path in sorted(source.rglob("*")):
+            if not path.is_file():
+                continue
+            data = path.read_bytes()
+            blob = root / "blobs" / hashlib.sha256(data).hexdigest()
+            blob.write_bytes(data)
+            rel = path.relative_to(source)
+            link = root / "snapshots" / commit / rel
+            link.parent.mkdir(parents=True, exist_ok=True)
+            up = "../" * (len(rel.parts) + 1)
+            os.symlink(f"{up}blobs/{blob.name}", link)
+    (root / "refs").mkdir(exist_ok=True)
+    (root / "refs" / "main").write_text(main)
+    return root

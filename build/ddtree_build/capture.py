@@ -9,6 +9,7 @@ The output has the layout of the original team's hand-made package, so `ddtree-b
     env/nvidia-smi.txt     driver and GPUs from an nvidia-smi query, topology (or "absent")
     env/environment.txt    NCCL_*, SGLANG_*, CUDA_*, TORCH_CUDA_*, FLASHINFER_* variables
     env/capture.json       the same facts, machine-readable
+    env/weights.yaml       with --weights-target/--weights-drafter: the weights lock of the served weights
     patches/diffs/NNNN-*.diff   installed sglang versus the pristine wheel of its version, one file each
     patches/full/<path>    the changed files as installed
     services/<unit>        the systemd units given with --service
@@ -33,7 +34,7 @@ from pathlib import Path
 
 from ddtree.errors import UserError
 
-from ddtree_build import pristine
+from ddtree_build import paths, pristine
 from ddtree_build.package_manifest import write_manifest
 
 DISTRIBUTION = "sglang"
@@ -79,6 +80,7 @@ class Capture:
     deleted: list[str] = field(default_factory=list)
     services: list[str] = field(default_factory=list)
     absent: list[str] = field(default_factory=list)
+    weights: dict[str, str] = field(default_factory=dict)
 
 
 def _run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str] | None:
@@ -243,11 +245,19 @@ def capture(
     os_release: Path = Path("/etc/os-release"),
     environ: dict[str, str] | None = None,
     wheel: Path | None = None,
+    weights: dict[str, Path] | None = None,
 ) -> Capture:
-    """Write a reproduction package of this host into `out` (a new folder, moved into place at the end)."""
+    """Write a reproduction package of this host into `out` (a new folder, moved into place at the end).
+
+    `weights` (role -> folder: target, drafter) adds env/weights.yaml: the revision, sizes and sha256 of
+    the served weights (ddtree.weights_capture; nothing copied), which `import` carries into env/.
+    """
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"--out {out}: exists and is not empty; give a new folder")
+    for role, folder in (weights or {}).items():
+        if not Path(folder).is_dir():
+            raise UserError(f"--weights-{role} {folder}: not a folder; give the {role} weights folder")
     facts = Capture()
     info, freeze_text = probe_python(python)
     facts.python = {k: v for k, v in info.items() if k != "distributions"}
@@ -303,6 +313,16 @@ def capture(
             (staging / "services").mkdir(exist_ok=True)
             (staging / "services" / name).write_text(text, encoding="utf-8")
             facts.services.append(name)
+        if weights:
+            from ddtree import weights_capture
+
+            facts.weights = {role: str(folder) for role, folder in weights.items()}
+            weights_capture.capture_lock(
+                env / "weights.yaml",
+                weights,
+                base=paths.ENV_DIR / "weights.yaml",
+                source=f"captured by ddtree-build capture on {platform.node()}",
+            )
         (env / "capture.json").write_text(
             json.dumps(facts.__dict__, indent=2, sort_keys=True) + "\n", encoding="utf-8"
         )
@@ -334,7 +354,14 @@ def _readme(facts: Capture, version: str) -> str:
 
 
 def _cmd_capture(args: argparse.Namespace) -> int:
-    facts = capture(Path(args.out), python=args.python, services=args.service, wheel=args.wheel)
+    weights = {
+        role: folder
+        for role, folder in (("target", args.weights_target), ("drafter", args.weights_drafter))
+        if folder
+    }
+    facts = capture(
+        Path(args.out), python=args.python, services=args.service, wheel=args.wheel, weights=weights or None
+    )
     absent = f"; absent: {', '.join(facts.absent)}" if facts.absent else ""
     print(
         f"captured {args.out}: sglang {len(facts.changed)} changed / {len(facts.added)} added / "
@@ -356,4 +383,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--wheel", type=Path, help="pristine sglang wheel to diff against (default: download/cache)"
     )
+    for role in ("target", "drafter"):
+        parser.add_argument(
+            f"--weights-{role}",
+            type=Path,
+            metavar="DIR",
+            help=f"the served {role} weights (plain folder or Hugging Face cache repo) -> env/weights.yaml",
+        )
     parser.set_defaults(func=_cmd_capture)

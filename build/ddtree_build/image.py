@@ -37,6 +37,8 @@ REGISTRY_PROBE_TIMEOUT_S = 3.0
 CONTEXT_DIRS: tuple[str, ...] = ("env", "patches", "entrypoint/ddtree")
 # Where a lock given with --lock lands inside the context (LOCK_FILE points at it).
 OVERRIDE_LOCK = "build-inputs/requirements.lock"
+# The CycloneDX SBOM in the context (sbom.py); the Dockerfile copies it to /opt/ddtree/sbom.cdx.json.
+SBOM_CONTEXT = "build-inputs/sbom.cdx.json"
 LABEL_PREFIXES: tuple[str, ...] = ("org.opencontainers.image.", "io.ddtree.")
 
 
@@ -52,6 +54,7 @@ class ImageResult:
     seconds: float
     dockerfile: Path
     build_args: dict[str, str] = field(default_factory=dict)
+    sbom: Path | None = None  # the CycloneDX SBOM written beside the kept Dockerfile
 
 
 # ---------------------------------------------------------------- facts from git and the work tree
@@ -241,6 +244,8 @@ def build(
         if not (folder / lock_file).is_file():
             raise UserError(f"{lock_file} is missing; run `make lock` (ddtree-build lock) first")
         build_args = build_args_for(ctx, lock_file, pip_check if pip_check is not None else lock is None)
+        kept_sbom = work / f"sbom.{target}-{chosen}.cdx.json"
+        write_image_sbom(folder, lock_file, ctx, build_args, f"{name}:{target}", kept_sbom)
         tags = [f"{name}:{target}", f"{name}:{target}-{tag_suffix(build_args['VCS_REF'])}", *extra_tags]
         iid_file = folder / "image-id"
         extra = ["--iidfile", str(iid_file), *(["--no-cache"] if no_cache else [])]
@@ -277,7 +282,31 @@ def build(
         seconds=seconds,
         dockerfile=kept,
         build_args=build_args,
+        sbom=kept_sbom,
     )
+
+
+def write_image_sbom(
+    folder: Path,
+    lock_file: str,
+    ctx: render.RenderContext,
+    build_args: dict[str, str],
+    image: str,
+    kept: Path,
+) -> None:
+    """The CycloneDX SBOM into the staged context (SBOM_CONTEXT, copied into the image) and to `kept`."""
+    from ddtree_build import sbom
+
+    inputs = sbom.SbomInputs(
+        image_name=image,
+        version=build_args["IMAGE_VERSION"],
+        lock=folder / lock_file,
+        base_image=ctx.base_image,
+        base_digest=ctx.base_digest,
+        series_digest=build_args["PATCHES_SHA256"],
+        weights_lock=folder / "env" / "weights.yaml",
+    )
+    sbom.write_sbom(inputs, folder / SBOM_CONTEXT, kept)
 
 
 def summary(result: ImageResult) -> str:
@@ -286,6 +315,7 @@ def summary(result: ImageResult) -> str:
         f"  tags:    {'  '.join(result.tags)}",
         f"  digest:  {result.image_id}  (config digest; a registry digest exists only after a push)",
         f"  size:    {result.size_bytes / 1e9:.2f} GB ({result.size_bytes} bytes)",
+        f"  sbom:    {result.sbom} (also /opt/ddtree/sbom.cdx.json in the image)",
         "  labels:",
     ]
     lines += [f"    {key}={value}" for key, value in result.labels.items() if key.startswith(LABEL_PREFIXES)]

@@ -5,6 +5,7 @@ before that. Then, into a staging folder:
 
     env/pip-freeze.txt        -> env/freeze.txt (strict pin rules; `# source: imported`)
     env/*.txt (OS/CUDA/GPUs)  -> env/system-captured.yaml (+ the raw texts under env/imported/)
+    env/weights.yaml          -> env/weights.yaml (the weights lock, schema-checked; capture --weights-*)
     patches/diffs/*.diff      -> patches/series.yaml + the diffs, hashes computed by the patch engine
                                  against the pristine wheel; patches/full/ must equal pristine + diffs
     services/*.service        -> env/targets/NAME.yaml: ExecStart split with shlex, known flags mapped
@@ -484,6 +485,15 @@ def build_import(pkg: Path, staging: Path, target: str | None, targets_dir: Path
         atomic_write(out_path, header + yaml.safe_dump(data, sort_keys=False), mode=0o644)
     else:
         report.notes.append(f"{pkg.name}/services: no unit launching sglang; no target profile written")
+
+    if (pkg / "env" / "weights.yaml").is_file():  # written by capture --weights-*: the weights lock
+        from ddtree import weights_lock
+        from ddtree.yamlfile import load_yaml
+
+        weights_lock.validate_lock(load_yaml(pkg / "env" / "weights.yaml"), pkg / "env" / "weights.yaml")
+        atomic_write(env / "weights.yaml", (pkg / "env" / "weights.yaml").read_bytes(), mode=0o644)
+    else:
+        report.notes.append(f"{pkg.name}/env/weights.yaml: absent; the weights lock is left as it is")
 
     results = import_results(pkg, env / "reference" / "imported-results.yaml")
     if results:

@@ -42,7 +42,7 @@ JSON_SCHEMA_VERSION = 1
 MIN_PYTHON = (3, 10)
 
 # Modules whose import registers more checks (e.g. "selfcheck_patches"); one line per module.
-CHECK_MODULES: tuple[str, ...] = ("selfcheck_image",)
+CHECK_MODULES: tuple[str, ...] = ("selfcheck_image", "selfcheck_weights", "selfcheck_sbom")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ saw in one line; a fix is named in every failure. What the checks read, and wher
     gpu, shm      as `ddtree serve` checks them
     weights, drafter   the fast weights checks, on the folders the launch would use
     weights-hash  sha256 of every target shard, only with --full-hash; against --weights-manifest if given
+                  (without one, when the weights lock lists the files, the weights-lock check hashes instead)
 
 DDTREE_SKIP_CHECKS (the same list `ddtree serve` honours: weights, drafter, gpu, shm, port) turns a check
 into "skip", for machines that cannot run it (no GPU on a build host).
@@ -31,7 +32,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ddtree import gpu, lockfile, serve, weights
+from ddtree import gpu, lockfile, serve, weights, weights_lock
 from ddtree.errors import UserError
 from ddtree.fsutil import sha256_file
 from ddtree.selfcheck import CheckResult, Context, check, failed, passed, skipped
@@ -307,17 +308,26 @@ def drafter_check(ctx: Context) -> CheckResult:
     launch = _mounted_plan(ctx, "drafter", serve.Launch.drafter_dir)
     if isinstance(launch, CheckResult):
         return launch
-    layers = None
+    target = None
     # A broken target is the weights check's finding; the drafter is still checked on its own.
     with contextlib.suppress(UserError):
-        layers = serve.check_weights(launch).num_hidden_layers
-    summary = serve.check_drafter(launch, layers)
+        target = serve.check_weights(launch)
+    summary = serve.check_drafter(launch, target)
     return passed(
         f"{summary.path}: block size {summary.block_size}, "
         f"captures target layers {list(summary.target_layer_ids or [])}",
         path=str(summary.path),
         block_size=summary.block_size,
     )
+
+
+def _lock_pins_files(ctx: Context, role: str) -> bool:
+    """Whether the weights lock lists the role's files (then weights-lock hashes against it)."""
+    try:
+        lock = weights_lock.load_lock(weights_lock.default_lock_path(ctx.environ))
+    except UserError:
+        return False
+    return lock.models[role].files is not None
 
 
 @check("weights-hash")
@@ -330,6 +340,8 @@ def weights_hash_check(ctx: Context) -> CheckResult:
     folder = launch.model_dir()
     manifest = ctx.options.get("weights_manifest") or ctx.environ.get("DDTREE_WEIGHTS_MANIFEST")
     manifest_path = Path(manifest) if manifest else None
+    if manifest_path is None and _lock_pins_files(ctx, "target"):
+        return skipped("hashed against the weights lock by the weights-lock check (no --weights-manifest)")
     report = weights.full_hash(folder, manifest=manifest_path, workers=os.cpu_count())
     rate = report.total_bytes / max(report.seconds, 1e-9) / 1e9
     data = {

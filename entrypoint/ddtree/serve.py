@@ -19,6 +19,11 @@ Environment overrides (all optional; the profile gives the defaults):
     DDTREE_MIN_SHM_GIB     the /dev/shm floor (default 1)
     DDTREE_MODEL_TYPE      the config.json model_type the weights must have (default kimi_k25)
     DDTREE_ALLOW_ARCH_MISMATCH=1   run on a GPU architecture other than the target's
+    DDTREE_ALLOW_UNLOCKED_WEIGHTS=1   run weights that differ from env/weights.yaml (said in the log)
+    DDTREE_WEIGHTS_LOCK    another weights lock than $DDTREE_ENV_DIR/weights.yaml
+
+A weights folder may be a plain folder or a Hugging Face cache repository (models--ORG--NAME, holding
+refs/, snapshots/, blobs/): the server gets the snapshot of the locked revision (else refs/main).
 
 Arguments after `--` are appended last; SGLang's parser keeps the last value of a repeated option, so
 they override the profile. The checks read the final command line, so an override is also what is checked.
@@ -41,11 +46,12 @@ import re
 import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddtree import gpu, targets, weights
+from ddtree import gpu, targets, weights, weights_lock
 from ddtree.errors import UserError
+from ddtree.weights_layout import is_read_only, resolve_checkout
 
 EXIT_FAIL = 1
 EXIT_CANNOT_RUN = 2
@@ -126,21 +132,47 @@ class Launch:
     server_args: list[str]
     environment: dict[str, str]
     model_type: str
+    # role -> the revision env/weights.yaml pins (picks the snapshot in a Hugging Face cache folder)
+    locked_revisions: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def command(self) -> list[str]:
-        return [sys.executable, "-m", SERVER_MODULE, *self.server_args]
+        """The server command, with cache repository folders replaced by the snapshot to load."""
+        args = list(self.server_args)
+        for flag, folder in (
+            ("--model-path", self.model_dir),
+            ("--speculative-draft-model-path", self.drafter_dir),
+        ):
+            _replace_value(args, flag, str(folder()))
+        return [sys.executable, "-m", SERVER_MODULE, *args]
 
     def value(self, flag: str) -> str | None:
         return _argv_value(self.server_args, flag)
 
+    def mounted_dir(self, role: str) -> Path:
+        """The folder as given (--model-path / --speculative-draft-model-path, else the mount point)."""
+        if role == "target":
+            return Path(self.value("--model-path") or DEFAULT_MODEL_DIR)
+        return Path(self.value("--speculative-draft-model-path") or DEFAULT_DRAFTER_DIR)
+
     def model_dir(self) -> Path:
-        """The target weights folder the server will load (--model-path, else the image's mount point)."""
-        return Path(self.value("--model-path") or DEFAULT_MODEL_DIR)
+        """The target weights folder the server will load (a cache repository resolves to its snapshot)."""
+        return resolve_checkout(self.mounted_dir("target"), self.locked_revisions.get("target")).path
 
     def drafter_dir(self) -> Path:
-        """The drafter folder the server will load (--speculative-draft-model-path, else the mount point)."""
-        return Path(self.value("--speculative-draft-model-path") or DEFAULT_DRAFTER_DIR)
+        """The drafter folder the server will load (a cache repository resolves to its snapshot)."""
+        return resolve_checkout(self.mounted_dir("drafter"), self.locked_revisions.get("drafter")).path
+
+
+def _replace_value(argv: list[str], flag: str, value: str) -> None:
+    """Set the value of the last `flag` in argv (both `--flag v` and `--flag=v`), if it is there."""
+    for i in range(len(argv) - 1, -1, -1):
+        if argv[i] == flag and i + 1 < len(argv):
+            argv[i + 1] = value
+            return
+        if argv[i].startswith(flag + "="):
+            argv[i] = f"{flag}={value}"
+            return
 
 
 def assemble(target: targets.Target, environ: Mapping[str, str], extra: Sequence[str]) -> list[str]:
@@ -178,7 +210,17 @@ def plan(
         server_args=assemble(target, environ, extra),
         environment=environment,
         model_type=environ.get("DDTREE_MODEL_TYPE") or EXPECTED_MODEL_TYPE,
+        locked_revisions=locked_revisions(environ),
     )
+
+
+def locked_revisions(environ: Mapping[str, str]) -> dict[str, str | None]:
+    """role -> the locked revision; empty when there is no usable lock (the lock check reports that)."""
+    try:
+        lock = weights_lock.load_lock(weights_lock.default_lock_path(environ))
+    except UserError:
+        return {}
+    return {role: model.revision for role, model in lock.models.items()}
 
 
 def mask_argv(argv: Sequence[str]) -> list[str]:
@@ -273,17 +315,20 @@ def preflight(
 ) -> None:
     """Every pre-launch check, in the order a person would fix them; raises at the first failure."""
     skip = skipped_checks(environ)
-    target_layers: int | None = None
+    summary: weights.ModelSummary | None = None
     if "weights" not in skip:
         summary = check_weights(launch)
-        target_layers = summary.num_hidden_layers
         log(
             f"ok   weights  {summary.path}: {summary.model_type}, {len(summary.shards)} shards, "
             f"{summary.total_bytes / 1e9:.1f} GB"
         )
+        weights_lock.enforce("target", launch.model_dir(), environ, log)
+        warn_read_write(launch.mounted_dir("target"), log)
     if "drafter" not in skip:
-        drafter = check_drafter(launch, target_layers)
+        drafter = check_drafter(launch, summary)
         log(f"ok   drafter  {drafter.path}: block size {drafter.block_size}")
+        weights_lock.enforce("drafter", launch.drafter_dir(), environ, log)
+        warn_read_write(launch.mounted_dir("drafter"), log)
     if "gpu" not in skip:
         found = check_gpu(launch, environ, runner)
         log(f"ok   gpu      {gpu.describe(found, tp_of(launch))}")
@@ -301,13 +346,25 @@ def check_weights(launch: Launch) -> weights.ModelSummary:
     )
 
 
-def check_drafter(launch: Launch, target_layers: int | None) -> weights.DrafterSummary:
+def check_drafter(launch: Launch, target: weights.ModelSummary | None) -> weights.DrafterSummary:
+    """The drafter against the profile's block size and, when the target was checked, its shape facts."""
     return weights.check_drafter(
         launch.drafter_dir(),
         block_size_of(launch.server_args),
-        target_layers,
+        target.num_hidden_layers if target else None,
         env_var="DRAFTER_DIR or DDTREE_DRAFTER_DIR",
+        target=target,
+        tp=tp_of(launch),
     )
+
+
+def warn_read_write(folder: Path, log: Callable[[str], None]) -> None:
+    """Weights are inputs: a read-write mount lets anything in the container change what was measured."""
+    if is_read_only(folder) is False:
+        log(
+            f"warn mount    {folder} is mounted read-write: mount it read-only (docker run -v HOST:PATH:ro; "
+            "the compose file does) so nothing in the container can change the weights"
+        )
 
 
 def tp_of(launch: Launch) -> int:

@@ -13,6 +13,7 @@ import json
 import os
 import struct
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterable
@@ -21,8 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from ddtree import drafter_shapes
 from ddtree.errors import UserError
 from ddtree.fsutil import atomic_write, sha256_file
+from ddtree.safetensors_layout import check_layout
+from ddtree.weights_layout import dangling_link_error, link_note
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
@@ -48,6 +52,9 @@ class ModelSummary:
     model_type: str
     num_hidden_layers: int | None
     shards: tuple[ShardInfo, ...] = field(default=())
+    # The shape facts a DFlash drafter must share (it borrows the target's embedding and LM head).
+    hidden_size: int | None = None
+    vocab_size: int | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -86,7 +93,10 @@ def require_folder(path: Path, role: str, env_var: str) -> None:
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
-    """Parse a JSON object file; every problem is one line naming the file."""
+    """Parse a JSON object file; every problem is one line naming the file (and its link target)."""
+    dangling = dangling_link_error(path, what)
+    if dangling is not None:
+        raise dangling
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
@@ -94,85 +104,82 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
             f"{what} {path} is missing: the folder is not a complete Hugging Face checkout"
         ) from exc
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{what} {path} is not valid JSON ({exc}): download it again") from exc
+        raise UserError(
+            f"{what} {path}{link_note(path)} is not valid JSON ({exc}): download it again"
+        ) from exc
     if not isinstance(data, dict):
         raise UserError(f"{what} {path} is not a JSON object: download it again")
     return data
 
 
+def config_int(config: dict[str, Any], key: str) -> int | None:
+    """An integer config field, top level or nested under text_config (Kimi K2.6 nests its text model)."""
+    for holder in (config, config.get("text_config")):
+        if isinstance(holder, dict):
+            value = holder.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return int(value)
+    return None
+
+
 def num_hidden_layers(config: dict[str, Any]) -> int | None:
     """The layer count, top level or nested under text_config (Kimi K2.6 nests it)."""
-    for holder in (config, config.get("text_config")):
-        if isinstance(holder, dict) and isinstance(holder.get("num_hidden_layers"), int):
-            return int(holder["num_hidden_layers"])
-    return None
+    return config_int(config, "num_hidden_layers")
 
 
 def read_header(path: Path) -> tuple[int, dict[str, Any]]:
     """Return (header length, header JSON) of a safetensors file, reading only the header."""
+    dangling = dangling_link_error(path, "shard")
+    if dangling is not None:
+        raise dangling
+    label = f"{path}{link_note(path)}"
     try:
         with open(path, "rb") as handle:
             prefix = handle.read(8)
             if len(prefix) < 8:
                 raise UserError(
-                    f"shard {path} is truncated: {len(prefix)} bytes, shorter than the 8-byte header "
+                    f"shard {label} is truncated: {len(prefix)} bytes, shorter than the 8-byte header "
                     "length; copy it again"
                 )
             (header_len,) = struct.unpack("<Q", prefix)
             if header_len == 0 or header_len > MAX_HEADER_BYTES:
                 raise UserError(
-                    f"shard {path} has a corrupt header (length {header_len}); not a safetensors file, "
+                    f"shard {label} has a corrupt header (length {header_len}); not a safetensors file, "
                     "copy it again"
                 )
             raw = handle.read(header_len)
     except OSError as exc:
         raise UserError(
-            f"shard {path} cannot be read ({exc.strerror}): fix the mount or permissions"
+            f"shard {label} cannot be read ({exc.strerror}): fix the mount or permissions"
         ) from exc
     if len(raw) < header_len:
         raise UserError(
-            f"shard {path} is truncated inside its header ({len(raw)} of {header_len} bytes); copy it again"
+            f"shard {label} is truncated inside its header ({len(raw)} of {header_len} bytes); copy it again"
         )
     try:
         header = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"shard {path} has a corrupt header (not JSON: {exc}); copy it again") from exc
+        raise UserError(f"shard {label} has a corrupt header (not JSON: {exc}); copy it again") from exc
     if not isinstance(header, dict):
-        raise UserError(f"shard {path} has a corrupt header (not a JSON object); copy it again")
+        raise UserError(f"shard {label} has a corrupt header (not a JSON object); copy it again")
     return header_len, header
 
 
 def check_shard(path: Path) -> ShardInfo:
-    """Header parses and the file is exactly as long as the header says."""
+    """Header parses, its tensors add up (safetensors_layout), and the file is exactly as long as it says."""
     header_len, header = read_header(path)
-    data_end = 0
-    tensors = 0
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
-        if (
-            not isinstance(offsets, list)
-            or len(offsets) != 2
-            or not all(isinstance(x, int) and x >= 0 for x in offsets)
-            or offsets[0] > offsets[1]
-        ):
-            raise UserError(
-                f"shard {path} has a corrupt header: tensor {name!r} has data_offsets {offsets!r}; "
-                "copy it again"
-            )
-        data_end = max(data_end, offsets[1])
-        tensors += 1
+    label = f"{path}{link_note(path)}"
+    tensors, data_end = check_layout(header, label)
     expected = 8 + header_len + data_end
     actual = path.stat().st_size
     if actual < expected:
         raise UserError(
-            f"shard {path} is truncated: {actual} bytes, its header needs {expected}; copy it again "
+            f"shard {label} is truncated: {actual} bytes, its header needs {expected}; copy it again "
             "(an interrupted download or a full disk)"
         )
     if actual > expected:
         raise UserError(
-            f"shard {path} has {actual - expected} bytes after its last tensor ({actual} != {expected}); "
+            f"shard {label} has {actual - expected} bytes after its last tensor ({actual} != {expected}); "
             "the file is corrupt, copy it again"
         )
     return ShardInfo(path=path, tensors=tensors, size=actual)
@@ -200,6 +207,10 @@ def shard_paths(folder: Path) -> list[Path]:
             )
         paths = [folder / name for name in sorted(values)]
         missing = [p for p in paths if not p.is_file()]
+        for path in missing:
+            dangling = dangling_link_error(path, "shard")
+            if dangling is not None:
+                raise dangling
         if missing:
             raise UserError(
                 f"shard {missing[0]} is missing ({len(missing)} of {len(paths)} shards listed in "
@@ -240,6 +251,8 @@ def check_target(folder: Path, expected_model_type: str | None, env_var: str = "
         model_type=str(model_type),
         num_hidden_layers=num_hidden_layers(config),
         shards=shards,
+        hidden_size=config_int(config, "hidden_size"),
+        vocab_size=config_int(config, "vocab_size"),
     )
 
 
@@ -256,12 +269,16 @@ def check_drafter(
     block_size: int | None,
     target_layers: int | None,
     env_var: str = "DRAFTER_DIR",
+    target: ModelSummary | None = None,
+    tp: int | None = None,
 ) -> DrafterSummary:
     """The DFlash drafter: config, block size against the configured one, captured layers in range.
 
     SGLang itself only warns when the configured block size differs from the drafter's; a block larger
     than the drafter was trained for asks it for positions it never learnt, so that is an error here.
     A smaller block is allowed (the original deployment may have run that way) and reported.
+    With the target's summary and the TP size, the shape facts SGLang fails on after loading are checked
+    too (drafter_shapes.py).
     """
     require_folder(folder, "drafter", env_var)
     config_path = folder / "config.json"
@@ -296,8 +313,24 @@ def check_drafter(
                     f"{target_layers} layers (0..{target_layers - 1}): the drafter belongs to another model"
                 )
     shards: tuple[ShardInfo, ...] = ()
-    if (folder / INDEX_NAME).exists() or (folder / SINGLE_NAME).exists():
-        shards = check_shards(shard_paths(folder))
+    paths: list[Path] = []
+    if (
+        (folder / INDEX_NAME).exists()
+        or (folder / SINGLE_NAME).is_symlink()
+        or (folder / SINGLE_NAME).exists()
+    ):
+        paths = shard_paths(folder)
+        shards = check_shards(paths)
+    drafter_shapes.check_shapes(
+        config,
+        config_path,
+        target_hidden=target.hidden_size if target else None,
+        target_vocab=target.vocab_size if target else None,
+        layer_ids=layer_ids,
+        mask_token_id=_dflash_field(config, "mask_token_id"),
+        tp=tp,
+        headers=(read_header(p)[1] for p in paths),
+    )
     return DrafterSummary(path=folder, block_size=model_block, target_layer_ids=layer_ids, shards=shards)
 
 
@@ -412,6 +445,8 @@ def full_hash(
     stream: TextIO | None = None,
 ) -> HashReport:
     """Hash every shard of a weights folder and compare with the manifest's lines for those shards."""
+    # The manifest is read before any shard: a missing or bad one fails in a second, not after hours.
+    expected = read_manifest(manifest) if manifest is not None else None
     paths = shard_paths(folder)
     total = sum(p.stat().st_size for p in paths)
     started = time.monotonic()
@@ -421,8 +456,7 @@ def full_hash(
     mismatched: list[str] = []
     unlisted: list[str] = []
     absent: list[str] = []
-    if manifest is not None:
-        expected = read_manifest(manifest)
+    if expected is not None:
         for name, digest in digests.items():
             if name not in expected:
                 unlisted.append(name)
@@ -463,8 +497,25 @@ def manifest_text(digests: dict[str, str]) -> str:
     return "".join(f"{digest}  {name}\n" for name, digest in sorted(digests.items()))
 
 
+def require_writable(path: Path, what: str) -> None:
+    """Fail now, before hours of hashing, when `path` cannot be written (a read-only weights mount)."""
+    folder = Path(path).parent
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{Path(path).name}.", suffix=".probe", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise UserError(
+            f"{what} {path} cannot be written ({exc.strerror}): the folder {folder} is read-only or absent "
+            "(weights are mounted read-only); write it elsewhere, e.g. /tmp/weights.sha256"
+        ) from exc
+
+
 def write_manifest(digests: dict[str, str], path: Path) -> None:
-    atomic_write(Path(path), manifest_text(digests))
+    try:
+        atomic_write(Path(path), manifest_text(digests))
+    except OSError as exc:
+        raise UserError(f"manifest {path} cannot be written ({exc.strerror}): write it elsewhere") from exc
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -479,7 +530,9 @@ def _cmd_check(args: Any) -> int:
         f"{len(summary.shards)} shards, {summary.total_bytes / 1e9:.1f} GB"
     )
     if args.drafter:
-        drafter = check_drafter(Path(args.drafter), args.block_size, summary.num_hidden_layers)
+        drafter = check_drafter(
+            Path(args.drafter), args.block_size, summary.num_hidden_layers, target=summary, tp=args.tp
+        )
         print(f"ok   drafter  {drafter.path}: block size {drafter.block_size}")
     return 0
 
@@ -488,6 +541,8 @@ def _cmd_hash(args: Any) -> int:
     folder = Path(args.folder)
     require_folder(folder, "weights", "the folder argument")
     manifest = Path(args.manifest) if args.manifest else None
+    if args.write:
+        require_writable(Path(args.write), "--write")
     report = full_hash(folder, manifest=manifest, workers=args.workers)
     if args.write:
         write_manifest(report.digests, Path(args.write))
@@ -504,7 +559,9 @@ def _cmd_hash(args: Any) -> int:
 def register(subparsers: Any) -> None:
     import argparse
 
-    parser = subparsers.add_parser("weights", help="check a weights folder, or hash it (manifest)")
+    parser = subparsers.add_parser(
+        "weights", help="check a weights folder, hash it (manifest), or fetch the locked revision"
+    )
     sub = parser.add_subparsers(dest="weights_command", required=True, metavar="ACTION")
     chk = sub.add_parser(
         "check", help="the fast check: config, model type, index, every shard header and size"
@@ -513,6 +570,7 @@ def register(subparsers: Any) -> None:
     chk.add_argument("--model-type", default="kimi_k25", help="expected config.json model_type ('' for any)")
     chk.add_argument("--drafter", help="the DFlash drafter folder")
     chk.add_argument("--block-size", type=int, default=8, help="the configured block size (num-draft-tokens)")
+    chk.add_argument("--tp", type=int, help="the tensor-parallel size the drafter's heads must divide by")
     chk.set_defaults(func=_cmd_check)
     hsh = sub.add_parser(
         "hash",
@@ -524,3 +582,7 @@ def register(subparsers: Any) -> None:
     hsh.add_argument("--manifest", metavar="FILE", help="compare with this manifest; exit 1 on a difference")
     hsh.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="threads")
     hsh.set_defaults(func=_cmd_hash)
+    from ddtree import weights_capture, weights_fetch
+
+    weights_fetch.register(sub)
+    weights_capture.register(sub)

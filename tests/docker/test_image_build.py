@@ -158,6 +158,29 @@ def test_selfcheck_offline_passes_inside(docker: str, ci_image: image.ImageResul
     assert out.returncode == 0 and not failing, json.dumps(failing or report, indent=1)[-3000:]
 
 
+def test_sbom_is_baked_and_summarised(docker: str, ci_image: image.ImageResult) -> None:
+    """The CycloneDX SBOM ddtree-build image wrote beside the image is the one inside it, and the
+    offline self-check summarises it (every CI-lock distribution hashed, the weights lock named)."""
+    assert ci_image.sbom is not None and ci_image.sbom.is_file()
+    out = docker_run(docker, "--entrypoint", "cat", ci_image.tags[0], "/opt/ddtree/sbom.cdx.json")
+    assert out.returncode == 0 and out.stdout == ci_image.sbom.read_text()
+    out = docker_run(
+        docker,
+        "--entrypoint",
+        "ddtree",
+        ci_image.tags[0],
+        "selfcheck",
+        "--offline",
+        "--json",
+        "--only",
+        "sbom",
+    )
+    (entry,) = json.loads(out.stdout)["checks"]
+    assert entry["status"] == "pass", entry
+    assert entry["data"]["unhashed"] == [] and entry["data"]["distributions"] >= 4
+    assert "moonshotai/Kimi-K2.6@unknown" in entry["data"]["models"]
+
+
 def test_rebuild_reuses_the_dependency_layer(
     docker: str, ci_image: image.ImageResult, tmp_path: Path
 ) -> None:
@@ -196,6 +219,7 @@ def test_committed_dockerfile_builds_with_a_stand_in_base(
     args = image.build_args_for(ctx, image.OVERRIDE_LOCK, pip_check=False)
     args["BASE_IMAGE"] = base_image.base_tag()
     tag = "ddtree-test:nvidia-stand-in"
+    image.write_image_sbom(folder, image.OVERRIDE_LOCK, ctx, args, tag, tmp_path / "sbom.cdx.json")
     log = tmp_path / "build.log"
     try:
         engine.build_image(

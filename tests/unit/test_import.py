@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ddtree import weights_lock
 from ddtree.errors import UserError
 from ddtree.lockfile import read_pins
 from ddtree.reference import load_reference
@@ -24,6 +25,7 @@ from ddtree_build.import_package import map_exec_start, read_unit, run_import
 from ddtree_build.package_manifest import write_manifest
 
 from tests.fixtures.make_repro_package import write_package
+from tests.synthetic_weights import write_drafter, write_hf_cache, write_target
 from tests.unit.test_capture import ADDED, EDITED, served_venv  # noqa: F401 (a pytest fixture)
 
 
@@ -174,12 +176,22 @@ def test_capture_then_import_round_trips(
 ) -> None:
     python, site = served_venv
     pkg = tmp_path / "captured"
+    # The served weights: the target in a Hugging Face cache, the drafter in a plain folder.
+    source = tmp_path / "kimi"
+    write_target(source, shards=2)
+    cache = write_hf_cache(tmp_path / "hub", "moonshotai/Kimi-K2.6", {"c" * 40: source}, main="c" * 40)
+    drafter = write_drafter(tmp_path / "drafter")
     capture.capture(
         pkg, python=str(python), services=[str(repro_package / "services" / "sglang-ddtree.service")],
-        environ={"NCCL_P2P_DISABLE": "1"},
+        environ={"NCCL_P2P_DISABLE": "1"}, weights={"target": cache, "drafter": drafter},
     )  # fmt: skip
     out = tmp_path / "imported"
     report = run_import(pkg, out, False, "pro6000", targets_dir)
+    lock = weights_lock.load_lock(out / "env" / "weights.yaml")
+    assert lock.models["target"].revision == "c" * 40 and lock.models["drafter"].revision is None
+    assert [f.path for f in lock.models["target"].files] == sorted(p.name for p in source.iterdir())
+    for role, folder in (("target", cache), ("drafter", drafter)):
+        assert weights_lock.compare(folder, lock.models[role], out / "env" / "weights.yaml", full=True).ok
     assert "env/freeze.txt" in report.written and "patches/series.yaml" in report.written
     captured_pins = {p.name: p.version for p in read_pins(out / "env" / "freeze.txt")}
     assert captured_pins["sglang"] == "0.5.13.post1"

@@ -288,6 +288,24 @@ def test_compose_services_carry_their_targets_environment() -> None:
         assert service["ports"] == [f"${{DDTREE_HOST_PORT:-{port}}}:{port}"]
 
 
+def test_compose_fetch_service() -> None:
+    """The optional one-shot fetch: the locked revision into MODEL_DIR and DRAFTER_DIR, token from the
+    environment (never a command-line value), the only read-write weights mount."""
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    service = compose["services"]["ddtree-fetch"]
+    assert service["profiles"] == ["fetch"]
+    assert service["entrypoint"] + service["command"] == ["ddtree", "weights", "fetch", "--to", "/models"]
+    assert service["environment"] == {"HF_TOKEN": "${HF_TOKEN:-}"}
+    mounts = {m["target"]: m for m in service["volumes"]}
+    assert set(mounts) == {"/models/target", "/models/drafter"}
+    assert not any(m.get("read_only") for m in mounts.values())
+    assert mounts["/models/target"]["source"].startswith("${MODEL_DIR:?")
+    from ddtree import cli
+
+    parsed = cli.build_parser().parse_args(service["entrypoint"][1:] + service["command"])
+    assert parsed.to == "/models" and parsed.only is None
+
+
 def test_compose_shape() -> None:
     compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
     for name in ("ddtree-pro6000", "ddtree-b300"):
