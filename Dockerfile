@@ -90,7 +90,7 @@ RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     if [ "${INSTALL_ROUTER}" = 1 ]; then \
       /opt/venv/bin/pip install --disable-pip-version-check --no-input "$@" \
         --require-hashes --no-deps -r /opt/ddtree/router.lock \
-      && /opt/venv/bin/pip check --disable-pip-version-check; \
+      && if [ "${PIP_CHECK}" = 1 ]; then /opt/venv/bin/pip check --disable-pip-version-check; fi; \
     fi
 ENV PATH=/opt/venv/bin:$PATH \
     VIRTUAL_ENV=/opt/venv

@@ -9,6 +9,8 @@ from pathlib import Path
 import yaml
 from ddtree_build.paths import REPO_ROOT
 
+from tests.docker.test_image_build import _ci_lock
+
 
 def test_router_profile_config_has_only_the_router_with_the_replica_urls(docker: str, tmp_path: Path) -> None:
     compose = shutil.which("docker") or docker
@@ -26,3 +28,51 @@ def test_router_profile_config_has_only_the_router_with_the_replica_urls(docker:
     assert service["environment"]["DDTREE_REPLICAS"] == "http://gpu-1:30000 http://gpu-2:30000"
     assert service["ports"][0]["target"] == 30000 and service["ports"][0]["published"] == "30080"
     assert "volumes" not in service and "deploy" not in service
+
+
+def test_the_images_router_lock_installs_and_the_router_answers_inside(docker: str, tmp_path: Path) -> None:
+    """The Dockerfile's router step for real (INSTALL_ROUTER=1), on the registry-free base with the CI lock.
+
+    The CI lock lacks the router's dependencies (the full stack has them at the same versions), so here
+    `--no-deps -r env/router.lock` installs them too (no `pip check`: sglang's own dependencies are not
+    in the CI lock); `ddtree router` then starts the router in a container without network, and its
+    /health answers."""
+    from ddtree_build import engine, image, render
+
+    ctx = render.build_context("pro6000", "bootstrap")
+    folder = tmp_path / "context"
+    dockerfile = image.stage_context(folder, render.render("pro6000", "bootstrap"), _ci_lock(tmp_path))
+    args = {**image.build_args_for(ctx, image.OVERRIDE_LOCK, pip_check=False), "INSTALL_ROUTER": "1"}
+    tag = "ddtree-test:router-issue18"
+    log = tmp_path / "build.log"
+    try:
+        engine.build_image(
+            folder,
+            tag,
+            dockerfile=dockerfile,
+            build_args=args,
+            secrets={"ca": engine.HOST_CA_BUNDLE},
+            log=log,
+        )
+    except Exception:
+        print(log.read_text()[-5000:])
+        raise
+    url = "http://127.0.0.1:30000/health"
+    probe = f"import urllib.request as u; print(u.urlopen('{url}', timeout=2).read().decode())"
+    wait = f'for i in $(seq 100); do python -c "{probe}" 2>/dev/null && exit 0; sleep 0.2; done; exit 1'
+    script = f"ddtree router & {wait}"
+    try:
+        out = subprocess.run(
+            [docker, "run", "--rm", "--network=none", "-e", "DDTREE_REPLICAS=http://127.0.0.1:31999",
+             "--entrypoint", "bash", tag, "-c", script],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        version = subprocess.run(
+            [docker, "run", "--rm", "--network=none", "--entrypoint", "python", tag, "-c",
+             "import importlib.metadata as m; print(m.version('sglang-router'))"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    finally:
+        subprocess.run([docker, "image", "rm", tag], capture_output=True, timeout=60)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+    assert version.stdout.strip() == "0.3.2"
