@@ -51,12 +51,16 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """A child environment that keeps everything on this machine (HOME for the router's caches)."""
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DDTREE_", "HF_"))}
+    proxies = {"http_proxy", "https_proxy", "all_proxy", "no_proxy"}  # the router (reqwest) honours them
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DDTREE_", "HF_")) and k.lower() not in proxies
+    }
     env.update(
         HOME=str(home),
         HF_ENDPOINT=f"http://127.0.0.1:{_free_port()}",  # nothing listens: no request leaves the machine
         PYTHONPATH=str(REPO_ROOT / "entrypoint"),
-        NO_PROXY="127.0.0.1,localhost",
         **extra,
     )
     return env
