@@ -16,6 +16,8 @@ ARG BASE_DIGEST=
 ARG LOCK_FILE=env/requirements-py312.lock
 # 1 runs `pip check` after the install (the full lock must be complete); a subset lock (CI) passes 0.
 ARG PIP_CHECK=1
+# 1 installs the router (env/router.lock) for the compose `router` profile and deploy/k8s; a subset lock (CI) passes 0.
+ARG INSTALL_ROUTER=1
 # Commit time in seconds since the epoch; the created label is derived from it, never from the clock.
 ARG SOURCE_DATE_EPOCH=0
 # RFC 3339 form of SOURCE_DATE_EPOCH for the org.opencontainers.image.created label.
@@ -77,6 +79,19 @@ RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     && /opt/venv/bin/pip install --disable-pip-version-check --no-input "$@" \
          --require-hashes --no-deps -r /opt/ddtree/requirements.lock \
     && if [ "${PIP_CHECK}" = 1 ]; then /opt/venv/bin/pip check --disable-pip-version-check; fi
+# The router (sglang-router): one distribution more than the original host had, so it has its own small lock;
+# its dependencies there are the freeze's versions, already installed above, so --no-deps adds only the router.
+ARG INSTALL_ROUTER
+COPY env/router.lock /opt/ddtree/router.lock
+RUN --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+    --mount=type=secret,id=ca \
+    set -- ; \
+    if [ -s /run/secrets/ca ]; then set -- --cert /run/secrets/ca; fi; \
+    if [ "${INSTALL_ROUTER}" = 1 ]; then \
+      /opt/venv/bin/pip install --disable-pip-version-check --no-input "$@" \
+        --require-hashes --no-deps -r /opt/ddtree/router.lock \
+      && if [ "${PIP_CHECK}" = 1 ]; then /opt/venv/bin/pip check --disable-pip-version-check; fi; \
+    fi
 ENV PATH=/opt/venv/bin:$PATH \
     VIRTUAL_ENV=/opt/venv
 

@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: help venv engine base-image image render render-check test test-unit test-docker test-full test-gpu \
-        lint lock dev-lock patches-check selfcheck bench clean
+        lint lock dev-lock router-lock patches-check selfcheck bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -73,6 +73,11 @@ dev-lock: venv ## requirements/dev.in -> requirements/dev.txt with hashes
 	SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt $(BIN)/uv pip compile --python-version 3.11 \
 	  --python-platform x86_64-manylinux_2_28 --generate-hashes --no-header \
 	  --index-url https://pypi.org/simple requirements/dev.in -o requirements/dev.txt
+
+router-lock: venv ## env/router.in -> env/router.lock with hashes, each dependency at the freeze's version
+	SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt $(BIN)/uv pip compile --python-version 3.12 \
+	  --python-platform x86_64-manylinux_2_34 --generate-hashes --no-header --no-annotate \
+	  --index-url https://pypi.org/simple --constraint env/freeze.txt env/router.in -o env/router.lock
 
 patches-check: venv ## apply the patch series to the pristine pinned SGLang wheel and verify
 	@$(BIN)/ddtree-build patches check

@@ -114,6 +114,8 @@ def build_args_for(ctx: render.RenderContext, lock_file: str, pip_check: bool) -
         "FREEZE_SHA256": sha256_file(freeze) if freeze.exists() else "none",
         "IMAGE_CREATED": rfc3339(epoch),
         "IMAGE_VERSION": f"{__version__}+g{tag_suffix(revision)}",
+        # The router's lock pins the full stack's versions: a subset lock (the same switch) goes without it.
+        "INSTALL_ROUTER": "1" if pip_check else "0",
         "LOCK_FILE": lock_file,
         "PATCHES_SHA256": patch_series_digest(),
         "PIP_CHECK": "1" if pip_check else "0",

@@ -161,7 +161,13 @@ def run_sweep(args: argparse.Namespace) -> int:
         raise UserError("--warmup must be 0 or more")
     client, server = _connect(args)
     model_path = server.get("model_path") or (server.get("model_info") or {}).get("model_path")
-    builder = PromptBuilder(resolve_tokenizer(args.tokenizer, client, model_path))
+    # Behind SGLang's router, prompts are tokenized by a replica (the router has no tokenizer of its own),
+    # the others standing in when it stops.
+    tokenize, fallbacks = client, []
+    if server.get("router"):
+        replicas = [r["url"] for r in server["router"]["replicas"] if r["answered"]]
+        tokenize, fallbacks = client.at(replicas[0]), [client.at(url) for url in replicas[1:]]
+    builder = PromptBuilder(resolve_tokenizer(args.tokenizer, tokenize, model_path, fallbacks))
     if builder.tokenizer is None and client.api != "chat":
         print(
             "ddtree bench: no tokenizer (transformers + local model, or the server's /v1/tokenize): "

@@ -13,6 +13,11 @@ Verdict against the reference's single-request DDTree result, with a relative to
     DEGRADED    DDTree active with the right settings, but tok/s or acceptance length below that
     FAILED      unhealthy, not DDTree, different settings, generation failed, or no speculative metadata
 An unreachable server is "could not run" (exit 2): there is nothing to judge.
+
+Behind SGLang's router (ddtree.router: GET /workers lists the replicas) every replica is checked
+directly, each with its own verdict, then the router: its server info comes from a replica (the router
+has none of its own), the generation goes through it, and a `replicas` step fails when a replica FAILED
+or could not be checked (warns when one is DEGRADED), so the router's verdict covers the whole set.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from ddtree import reference as reference_mod
 from ddtree.bench.client import Client, GenerationRequest, RequestResult
 from ddtree.bench.serverinfo import fetch_server_info
 from ddtree.errors import UserError
+from ddtree.router import list_replicas
 from ddtree.serve import BLOCK_SIZE_FLAGS
 
 REPRODUCED = "REPRODUCED"
@@ -184,8 +190,12 @@ def run_live(
     max_tokens: int = DEFAULT_MAX_TOKENS,
     timeout: float = 600.0,
     api_key: str | None = None,
+    replicas: list[LiveReport] | None = None,
 ) -> LiveReport:
-    """Run every step; stop at the first failure (later steps are reported as skipped)."""
+    """Run every step; stop at the first failure (later steps are reported as skipped).
+
+    `replicas`: the reports of the replicas behind `url` when it is a router; the router's server info
+    is then read from the first replica that gave its own, and a `replicas` step judges them all."""
     client = Client(url, api="generate", timeout=timeout, api_key=api_key)
     report = LiveReport(
         url=url,
@@ -199,6 +209,8 @@ def run_live(
         },
     )
     names = ["health", "server_info", "settings", "generation", "decode_tok_s", "accept_length"]
+    if replicas is not None:
+        names.insert(1, "replicas")
 
     def finish(verdict: str) -> LiveReport:
         done = {c.name for c in report.checks}
@@ -223,7 +235,16 @@ def run_live(
         return finish(FAILED)
     report.checks.append(LiveCheck("health", "pass", "GET /health -> 200"))
 
-    info = fetch_server_info(client)
+    info_client = client
+    if replicas is not None:
+        step = check_replicas(replicas)
+        report.checks.append(step)
+        if not replicas:
+            return finish(FAILED)
+        informed = [r.url for r in replicas if _passed(r, "server_info")]
+        if informed:
+            info_client = client.at(informed[0])
+    info = fetch_server_info(info_client)
     if not isinstance(info, dict):
         report.checks.append(
             LiveCheck(
@@ -287,8 +308,32 @@ def run_live(
             tolerance, "wrong drafter, or a DDTree setting differs",
         )  # fmt: skip
     report.checks += [speed, acceptance]
-    degraded = "warn" in (speed.status, acceptance.status)
-    return finish(DEGRADED if degraded else REPRODUCED)
+    statuses = {c.status for c in report.checks}
+    if "fail" in statuses:  # only the replicas step can fail without stopping the run
+        return finish(FAILED)
+    return finish(DEGRADED if "warn" in statuses else REPRODUCED)
+
+
+def _passed(report: LiveReport, step: str) -> bool:
+    return any(c.name == step and c.status == "pass" for c in report.checks)
+
+
+def check_replicas(replicas: list[LiveReport]) -> LiveCheck:
+    """The replicas' verdicts as one step of the router's check."""
+    verdicts = {r.url: r.verdict for r in replicas}
+    shown = ", ".join(f"{url} {verdict}" for url, verdict in verdicts.items())
+    if not replicas:
+        return LiveCheck(
+            "replicas", "fail", "the router lists no replica: check its worker URLs and the replicas' /health"
+        )
+    bad = [url for url, verdict in verdicts.items() if verdict in (FAILED, COULD_NOT_RUN)]
+    if bad:
+        return LiveCheck(
+            "replicas", "fail", f"{len(bad)} of {len(replicas)} not serving DDTree: {shown}", verdicts
+        )
+    if any(verdict == DEGRADED for verdict in verdicts.values()):
+        return LiveCheck("replicas", "warn", f"{shown}: see each replica's rows", verdicts)
+    return LiveCheck("replicas", "pass", f"{len(replicas)} replicas: {shown}", verdicts)
 
 
 def render_table(report: LiveReport) -> str:
@@ -339,19 +384,39 @@ def selfcheck_live(args: Any) -> int:
     from ddtree.selfcheck import Context, format_table, report_dict
 
     expectation = load_expectation(Path(args.reference) if args.reference else None)
-    report = run_live(
-        args.live,
-        expectation,
-        tolerance=args.tolerance,
-        max_tokens=args.max_tokens,
-        api_key=os.environ.get("DDTREE_API_KEY") or None,
-    )
-    ctx = Context(offline=False)
-    document = report_dict(outcomes(report), ctx)
+    settings = {
+        "tolerance": args.tolerance,
+        "max_tokens": args.max_tokens,
+        "api_key": os.environ.get("DDTREE_API_KEY") or None,
+    }
+    routed = list_replicas(Client(args.live, timeout=30.0, api_key=settings["api_key"]))
+    replicas = None if routed is None else [run_live(r.url, expectation, **settings) for r in routed]
+    report = run_live(args.live, expectation, replicas=replicas, **settings)
+    rows = outcomes(report)
+    for replica in replicas or []:
+        rows.insert(-1, replica_outcome(replica))
+    document = report_dict(rows, Context(offline=False))
     document.update(verdict=report.verdict, url=report.url, figures=report.figures, expected=report.expected)
+    if replicas is not None:
+        document["replicas"] = [r.to_json() for r in replicas]
     if args.json:
         print(json.dumps(document, indent=2))
     else:
+        for replica in replicas or []:
+            print(render_table(replica), end="\n\n")
         print(format_table(document))
         print(f"verdict: {report.verdict}")
     return int(document["exit_code"])
+
+
+def replica_outcome(report: LiveReport) -> Any:
+    """One selfcheck row for a replica behind the router: its verdict and the first step that was not ok."""
+    from ddtree.selfcheck import CheckResult, Outcome
+
+    first = next((c for c in report.checks if c.status in ("fail", "warn")), None)
+    detail = report.verdict + (f": {first.name}: {first.detail}" if first else "")
+    return Outcome(
+        f"live:replica {report.url}",
+        CheckResult(_VERDICT_STATUS[report.verdict], detail, {"verdict": report.verdict, **report.figures}),
+        0.0,
+    )

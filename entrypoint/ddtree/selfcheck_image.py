@@ -5,6 +5,7 @@ saw in one line; a fix is named in every failure. What the checks read, and wher
 
     target        the profile DDTREE_TARGET names (DDTREE_ENV_DIR/targets, /opt/ddtree/env/targets)
     lock          installed distributions versus the baked lock (DDTREE_LOCK, /opt/ddtree/requirements.lock)
+                  and, for what is installed of it, the router's lock beside it (router.lock)
     patches       the patch engine's verify of site-packages against the manifest baked beside it
     patched-files every file the manifest lists byte-compiles (a .pyc built from its exact bytes counts)
     labels        the image's labels, baked as JSON (DDTREE_IMAGE_LABELS, /opt/ddtree/image-labels.json),
@@ -95,7 +96,14 @@ def lock_check(ctx: Context) -> CheckResult:
     if not path.is_file():
         return skipped(f"no lock at {path} (not in the image? set DDTREE_LOCK to check another one)")
     expected = lockfile.read_lock(path)
-    problems = lockfile.diff_installed(expected)
+    installed = lockfile.installed_versions()
+    problems = lockfile.diff_installed(expected, installed)
+    # The router's own lock beside it (the image adds sglang-router from it): what is installed of it must
+    # be its version; an image built without the router (a subset lock) has none of it to check.
+    router_lock = path.parent / "router.lock"
+    if router_lock.is_file():
+        router = {n: v for n, v in lockfile.read_lock(router_lock).items() if n in installed}
+        problems += [p for p in lockfile.diff_installed(router, installed) if p not in problems]
     data = {"lock": str(path), "pinned": len(expected), "problems": problems}
     if problems:
         shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")

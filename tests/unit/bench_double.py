@@ -8,11 +8,14 @@ continuous_usage_stats), /server_info, /model_info, /v1/models, /metrics and /v1
 What is fake: the tokens. Timing is controlled: the first chunk comes `ttft_s` after the request,
 then one chunk every `chunk_interval_s`, each carrying `tokens_per_chunk` tokens (one verify step of
 speculative decoding: acceptance length = tokens_per_chunk). The toy tokenizer is one token per character.
+`server.stop()` acts like a killed replica: streams in flight are cut off mid-response (no last chunk),
+the listening socket closes, and new connections are refused.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -53,6 +56,14 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
         pass
 
+    def parse_request(self) -> bool:
+        """A stopped double answers nothing, also on a kept-alive connection (a router pools them)."""
+        if self.server.stopped.is_set():
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return False
+        return super().parse_request()
+
     # -- helpers -------------------------------------------------------------------------
     def _json(self, payload: Any, status: int = 200) -> None:
         send_body(self, status, "application/json", json.dumps(payload).encode())
@@ -66,6 +77,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         for event in events:
+            if self.server.stopped.is_set():  # killed: drop the connection without ending the response
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
             data = event if isinstance(event, str) else json.dumps(event)
             raw = f"data: {data}\n\n".encode()
             self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
@@ -228,6 +243,15 @@ class _DoubleServer(ThreadingHTTPServer):
     config: DoubleConfig
     requests_seen: list[tuple[str, dict[str, Any]]]
     emissions: list[dict[str, Any]]
+    stopped: threading.Event
+
+    def stop(self) -> None:
+        """Stop like a killed server: cut the streams in flight, close the port (callable once or more)."""
+        if self.stopped.is_set():
+            return
+        self.stopped.set()
+        self.shutdown()
+        self.server_close()
 
 
 @contextmanager
@@ -237,11 +261,11 @@ def serve(config: DoubleConfig | None = None) -> Iterator[tuple[str, _DoubleServ
     server.config = config or DoubleConfig()
     server.requests_seen = []
     server.emissions = []
+    server.stopped = threading.Event()
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", server
     finally:
-        server.shutdown()
-        server.server_close()
+        server.stop()
         thread.join(timeout=5)

@@ -39,6 +39,9 @@ def test_build_args_come_from_git_and_env() -> None:
     assert args["SOURCE_DATE_EPOCH"] == epoch
     assert args["IMAGE_CREATED"] == image.rfc3339(int(epoch))
     assert args["LOCK_FILE"] == "env/requirements-py311.lock" and args["PIP_CHECK"] == "1"
+    assert args["INSTALL_ROUTER"] == "1"  # the full stack carries the router (env/router.lock)
+    subset = image.build_args_for(ctx, image.OVERRIDE_LOCK, pip_check=False)
+    assert subset["INSTALL_ROUTER"] == "0"  # a subset lock lacks the router's dependencies
     assert args["PATCHES_SHA256"] == image.patch_series_digest()
     assert "BASE_DIGEST" not in args  # the bootstrap render has no digest argument
     assert image.rfc3339(0) == "1970-01-01T00:00:00Z"

@@ -80,6 +80,21 @@ def test_lock_pass_and_fail(base_env, tmp_path: Path) -> None:
     )
 
 
+def test_lock_checks_the_installed_router_against_the_router_lock(base_env, tmp_path: Path) -> None:
+    """The dev venv has sglang-router (the router tests run it); router.lock beside the lock pins it."""
+    lock = tmp_path / "requirements.lock"
+    packaging = importlib.metadata.version("packaging")
+    lock.write_text(f"packaging=={packaging} \\\n    {FAKE_HASH}\n")
+    router = importlib.metadata.version("sglang-router")
+    absent = f"not-installed-dist==1.0 {FAKE_HASH}\n"  # an image without the router has none of it
+    (tmp_path / "router.lock").write_text(f"sglang-router=={router} {FAKE_HASH}\n{absent}")
+    result = run(["lock"], {**base_env, "DDTREE_LOCK": str(lock)})["lock"]
+    assert result.status == "pass", result.detail
+    (tmp_path / "router.lock").write_text(f"sglang-router==0.0.1 {FAKE_HASH}\n{absent}")
+    result = run(["lock"], {**base_env, "DDTREE_LOCK": str(lock)})["lock"]
+    assert result.status == "fail" and "sglang-router: installed" in result.detail
+
+
 def test_lock_absent_skips(base_env, tmp_path: Path) -> None:
     result = run(["lock"], {**base_env, "DDTREE_LOCK": str(tmp_path / "none.lock")})["lock"]
     assert result.status == "skip"

@@ -121,6 +121,10 @@ class Client:
         self.timeout = timeout
         self.api_key = api_key
 
+    def at(self, url: str) -> Client:
+        """A client for another server with this one's dialect, timeout and API key."""
+        return Client(url, api=self.api, timeout=self.timeout, api_key=self.api_key)
+
     # -- plain JSON calls -------------------------------------------------------------------
     def _headers(self, stream: bool = False) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream" if stream else "*/*"}
@@ -214,9 +218,11 @@ class Client:
                 result.error = f"HTTP {resp.status}: {resp.read().decode('utf-8', 'replace')[:300]}"
                 return result
             tracker = _StreamTracker(self.api, result)
+            ended = False
             for data in iter_sse(resp):
                 now = time.perf_counter()
                 if data == "[DONE]":
+                    ended = True
                     break
                 try:
                     event = json.loads(data)
@@ -228,6 +234,14 @@ class Client:
                     return result
                 tracker.feed(event, now)
             tracker.finish()
+            if not ended and result.finish_reason is None:
+                # Seen behind SGLang's router: a replica that dies mid-stream leaves a well-formed but
+                # short response; without [DONE] or a finish reason it is a failure, not a short answer.
+                result.error = (
+                    f"the stream ended early after {result.output_tokens} token(s), "
+                    "without [DONE] or a finish reason (the server or a proxy in between dropped it)"
+                )
+                return result
             result.ok = result.output_tokens > 0
             if not result.ok:
                 result.error = "the stream ended without any output token"

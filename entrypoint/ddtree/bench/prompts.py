@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import http.client
 import importlib
 import inspect
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from ddtree.bench.client import Client
 from ddtree.errors import UserError
@@ -105,17 +107,29 @@ class ServerTokenizer:
     encode). `auto` then falls back to approx; a local tokenizer (--tokenizer PATH) avoids it.
     """
 
-    def __init__(self, client: Client):
+    def __init__(self, client: Client, fallbacks: Sequence[Client] = ()):
         self.client = client
+        # Behind SGLang's router: the other replicas (same model and tokenizer), asked when one stops.
+        self.fallbacks = list(fallbacks)
         self.name = "server"
         self.prefix: list[int] = []
 
+    def _post(self, route: str, payload: dict[str, Any]) -> Any:
+        """POST to the first server that answers; the last one's error when none does."""
+        *others, last = [self.client, *self.fallbacks]
+        for client in others:
+            try:
+                return client.post_json(route, payload, 120)
+            except (OSError, RuntimeError, http.client.HTTPException):
+                continue
+        return last.post_json(route, payload, 120)
+
     def encode(self, text: str) -> list[int]:
-        answer = self.client.post_json("/v1/tokenize", {"prompt": text, "add_special_tokens": False}, 120)
+        answer = self._post("/v1/tokenize", {"prompt": text, "add_special_tokens": False})
         return [int(t) for t in answer["tokens"]]
 
     def decode(self, ids: list[int]) -> str:
-        return str(self.client.post_json("/v1/detokenize", {"tokens": ids}, 120)["text"])
+        return str(self._post("/v1/detokenize", {"tokens": ids})["text"])
 
     @classmethod
     def problem(cls, client: Client) -> str | None:
@@ -126,8 +140,12 @@ class ServerTokenizer:
             return " ".join(str(exc).split())[:200]
 
 
-def resolve_tokenizer(choice: str, client: Client, model_path: str | None) -> Tokenizer | None:
-    """`auto`, `server`, `none` or a local path -> a tokenizer, or None for the approx fallback."""
+def resolve_tokenizer(
+    choice: str, client: Client, model_path: str | None, fallbacks: Sequence[Client] = ()
+) -> Tokenizer | None:
+    """`auto`, `server`, `none` or a local path -> a tokenizer, or None for the approx fallback.
+
+    `fallbacks`: more servers with the same tokenizer (a router's other replicas) for `server`."""
     if choice == "none":
         return None
     if choice == "server":
@@ -136,7 +154,7 @@ def resolve_tokenizer(choice: str, client: Client, model_path: str | None) -> To
             raise UserError(
                 f"--tokenizer server: {client.url}/v1/tokenize does not work ({problem}); use auto or none"
             )
-        return ServerTokenizer(client)
+        return ServerTokenizer(client, fallbacks)
     if choice != "auto":
         return HFTokenizer(choice)
     if model_path and Path(model_path).is_dir():
@@ -145,7 +163,7 @@ def resolve_tokenizer(choice: str, client: Client, model_path: str | None) -> To
         except UserError:
             pass
     if ServerTokenizer.problem(client) is None:
-        return ServerTokenizer(client)
+        return ServerTokenizer(client, fallbacks)
     return None
 
 

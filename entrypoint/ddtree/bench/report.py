@@ -71,6 +71,14 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
             f"{_fmt(ttft * 1000 if ttft is not None else None, 0)} | {_fmt(accept_value(cell), 2)} | "
             f"{m.get('errors', 0)} |"
         )
+    incomplete = summary.get("incomplete") or []
+    if incomplete:
+        lines += ["", "Incomplete cells (requests failed; not in the table, measured again on resume):", ""]
+        lines += [
+            f"- ctx {c['context']} conc {c['concurrency']}: {c['errors']} of {c['requests']} requests failed"
+            + (f" (first: {c['first_error']})" if c.get("first_error") else "")
+            for c in incomplete
+        ]
     return "\n".join(lines) + "\n"
 
 

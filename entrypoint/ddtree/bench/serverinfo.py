@@ -15,6 +15,7 @@ from typing import Any
 from ddtree.bench.client import Client
 from ddtree.errors import UserError
 from ddtree.fsutil import sha256_file
+from ddtree.router import Replica, list_replicas
 
 # /server_info keys worth keeping (the full dump is large and holds paths and ports).
 SERVER_KEYS = (
@@ -44,7 +45,11 @@ def fetch_server_info(client: Client) -> Any | None:
 
 
 def probe_server(client: Client) -> dict[str, Any]:
-    """Ask the server who it is. Works against plain OpenAI servers too (then kind is 'openai')."""
+    """Ask the server who it is. Works against plain OpenAI servers too (then kind is 'openai'), and
+    against SGLang's router, whose replicas say who they are (ddtree.router)."""
+    replicas = list_replicas(client)
+    if replicas is not None:
+        return probe_router(client, replicas)
     info: dict[str, Any] = {"url": client.url, "kind": "unknown"}
     raw = fetch_server_info(client)
     if isinstance(raw, dict):
@@ -73,6 +78,43 @@ def probe_server(client: Client) -> dict[str, Any]:
         if info["kind"] == "unknown":
             info["kind"] = "openai"
     info["mode"] = speculative_mode(info)
+    return info
+
+
+def probe_router(client: Client, replicas: list[Replica]) -> dict[str, Any]:
+    """What a router's replicas are, asked directly; they must agree, or a sweep would mix results.
+
+    The result is the first answering replica's info with the router's URL and a `router` entry:
+    every replica's URL and health as the router sees it, whether it answered, and `probed`, the
+    replica whose info stands for all."""
+    urls = ", ".join(r.url for r in replicas) or "none"
+    if not replicas:
+        raise UserError(
+            f"--url {client.url} is an SGLang router with no replica registered: check its worker URLs "
+            "(DDTREE_REPLICAS for the compose router) and that each replica answers /health"
+        )
+    probes = [probe_server(client.at(replica.url)) for replica in replicas]
+    answering = [p for p in probes if p["kind"] != "unknown"]
+    if not answering:
+        raise UserError(
+            f"--url {client.url} is an SGLang router; none of its replicas ({urls}) answers /server_info "
+            "from here: run the bench where the replica URLs resolve (e.g. inside the router container)"
+        )
+    prints = {json.dumps(configuration_fingerprint(p), sort_keys=True) for p in answering}
+    if len(prints) > 1:
+        differ = "; ".join(f"{p['url']}: {json.dumps(configuration_fingerprint(p))}" for p in answering)
+        raise UserError(
+            f"--url {client.url}: the replicas behind the router run different configurations ({differ}); "
+            "start them from the same image and target, or bench each replica alone"
+        )
+    info = {**answering[0], "url": client.url}
+    info["router"] = {
+        "probed": answering[0]["url"],
+        "replicas": [
+            {"url": r.url, "healthy": r.healthy, "answered": p["kind"] != "unknown"}
+            for r, p in zip(replicas, probes, strict=True)
+        ],
+    }
     return info
 
 

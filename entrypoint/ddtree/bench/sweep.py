@@ -115,11 +115,34 @@ class RunStore:
         cells = [cell for cell in found if cell is not None]
         return sorted(cells, key=lambda c: (c["context"], c["concurrency"]))
 
+    def incomplete_cells(self) -> list[dict[str, Any]]:
+        """Cells measured with failed requests (kept out of `cells`, measured again on resume), counted."""
+        found = []
+        for path in sorted(self.cells_dir.glob("ctx*-conc*.json")):
+            try:
+                cell = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            if cell.get("complete"):
+                continue
+            failed = [r for r in cell.get("requests") or [] if not r.get("ok")]
+            found.append(
+                {
+                    "context": cell["context"],
+                    "concurrency": cell["concurrency"],
+                    "requests": cell["metrics"]["requests"],
+                    "errors": cell["metrics"]["errors"],
+                    "first_error": failed[0].get("error") if failed else None,
+                }
+            )
+        return sorted(found, key=lambda c: (c["context"], c["concurrency"]))
+
     def write_summary(self, manifest: dict[str, Any]) -> dict[str, Any]:
         summary = {
             **{k: v for k, v in manifest.items() if k != "resumed"},
             "updated": now_iso(),
             "cells": [{k: v for k, v in cell.items() if k != "requests"} for cell in self.all_cells()],
+            "incomplete": self.incomplete_cells(),
         }
         atomic_write(self.out_dir / "results.json", json.dumps(summary, indent=2) + "\n")
         return summary
