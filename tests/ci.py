@@ -76,9 +76,12 @@ def step_line(result: StepResult) -> str:
         for tier, counts in result.tiers.items()
     )
     line = f"ci: {status}: {result.name!r} exit {result.exit_code} in {_minutes(result.seconds)}"
-    line += f": {tiers}" if tiers else ": no test counts reported"
+    if tiers:
+        line += f": {tiers}"
+    else:
+        line += ": no test ran" if result.reported else ": no test counts reported"
     if result.unexplained_failure():
-        line += " (counted below as 1 failure: it failed outside any test)"
+        line += " (counted below as 1 failure: no failing test accounts for it)"
     return line
 
 

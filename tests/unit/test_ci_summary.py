@@ -143,3 +143,12 @@ def test_ci_does_not_take_silence_for_success(tmp_path: Path, capsys: pytest.Cap
     steps = [_step(tmp_path, "make test", 0, None)]
     assert ci.main(steps) == 1
     assert capsys.readouterr().out.strip().splitlines()[-1] == "ci: 0 passed, 1 failed, 0 skipped"
+
+
+def test_ci_names_a_step_whose_runner_ran_no_test(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """tests/run.py exits 1 with empty counts when a marker selects nothing; CI says so and fails."""
+    steps = [_step(tmp_path, "make test-slow", 1, {})]
+    assert ci.main(steps) == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-2].startswith("ci: FAILED: 'make test-slow' exit 1") and ": no test ran (" in lines[-2]
+    assert lines[-1] == "ci: 0 passed, 1 failed, 0 skipped"
