@@ -16,7 +16,8 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-TIERS = ("unit", "docker", "gpu", "slow")
+from tests.conftest import TIERS
+
 OTHER = "other"  # a test outside tests/<tier>/ (a path given by hand)
 SUMMARY_ENV = "DDTREE_TEST_SUMMARY"
 
