@@ -11,8 +11,8 @@ TAG      ?= ddtree
 PYTEST_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help venv engine base-image image render render-check test test-unit test-docker test-full test-gpu \
-        lint lock dev-lock router-lock patches-check selfcheck bench clean
+.PHONY: help venv engine base-image image render render-check test test-unit test-docker test-slow test-full \
+        test-gpu lint lock dev-lock router-lock patches-check selfcheck bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -45,7 +45,7 @@ render: venv ## re-render the committed Dockerfile
 render-check: venv ## fail when the committed Dockerfile is stale
 	@$(BIN)/ddtree-build render --target pro6000 --base nvidia --check
 
-test: engine ## unit + docker tiers (what CI runs); sets up the engine and base image first
+test: engine ## unit + docker tiers (CI runs this, then test-slow); sets up the engine and base image first
 	@$(BIN)/ddtree-build base-image --quiet
 	@$(BIN)/python -m tests.run -m "(unit or docker) and not slow and not gpu" $(PYTEST_ARGS)
 
@@ -55,6 +55,9 @@ test-unit: venv ## unit tier only, no engine
 test-docker: engine ## docker tier only (real engine, registry-free base image)
 	@$(BIN)/ddtree-build base-image --quiet
 	@$(BIN)/python -m tests.run -m "docker and not slow and not gpu" $(PYTEST_ARGS)
+
+test-slow: engine ## full-image tier (CI's second step): a plain `make image`, then checks in that image
+	@$(BIN)/python -m tests.run tests/slow -m slow $(PYTEST_ARGS)
 
 test-full: engine ## everything but GPU, full-size image included
 	@$(BIN)/ddtree-build base-image --quiet

@@ -4,7 +4,7 @@
 # DFLASH (tiny drafter) and without. Exercises: the native /generate stream (meta_info acceptance),
 # OpenAI completions and chat streams, /v1/tokenize, /metrics, exact prompt lengths with the HF tokenizer,
 # interrupt + resume, humaneval (chat, return_meta_info), compare against env/reference, the plots.
-# Prerequisite: the pinned wheels installed into /tmp/site (/work/shared/device/README.md, steps 1-3).
+# Prerequisite: the pinned wheels installed into /tmp/site (tests/gpu/README.md, steps 1-3).
 # usage (device, repo root): OUT=/some/dir bash benchmarks/bench_harness_on_tiny_sglang.sh [HumanEval.jsonl.gz]
 set -u
 export PYTHONPATH=$PWD/entrypoint:/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1

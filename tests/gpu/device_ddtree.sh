@@ -1,6 +1,6 @@
 #!/bin/bash
 # DDTree on the GPU device, from a checkout (repo root), after the pinned wheels are installed into /tmp/site
-# (/work/shared/device/README.md steps 1-3: sglang-wheels.sh, parts, install.sh):
+# (tests/gpu/README.md steps 1-3: stage_wheels.py, parts, install_wheels.sh):
 #   1. apply the project's patch series to /tmp/site with the in-image patch engine, and verify it;
 #   2. tests/gpu/test_ddtree_triton_mask.py: Triton tree-mask verify attention vs torch, eager and graphed;
 #   3. `ddtree selfcheck --smoke`: tiny target + drafter served three times (baseline, DFLASH, DDTREE with the
