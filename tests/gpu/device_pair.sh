@@ -3,7 +3,7 @@
 #   train: python -m benchmarks.pair.train --out $PAIR --expect benchmarks/pair/results/metrics.json
 #          (about 9 minutes on the H200; torch, tokenizers, safetensors and matplotlib only, no SGLang);
 #          prints whether the retrained pair reproduced the committed held-out losses and offline acceptance.
-#   serve: after the pinned wheels are installed into /tmp/site (see tests/gpu/device_ddtree.sh's header):
+#   serve: after the pinned wheels are installed into /tmp/site (tests/gpu/README.md, steps 1-3):
 #          applies and verifies the patch series, then benchmarks.pair.serve_bench over MODES (default
 #          none,dflash,ddtree-8,ddtree-16,ddtree-32; each: greedy check + ddtree bench at T=0 and T=1.0 over
 #          contexts 256,1024,4096 x concurrency 1,8,32,64), writing $RUNS.
