@@ -9,6 +9,7 @@ batch sizes up to 64), then:
   2. `ddtree bench --api generate --tokenizer PAIR/target` at every temperature (default 0 and 1.0) over
      contexts x concurrencies (defaults 256,1024,4096 x 1,8,32,64; 4096 is past the 2048-token drafter
      window, so the compact draft cache slides).
+A mode whose OUT/MODE/run.json exists without an error is not run again (a sitting resumes).
 It writes OUT/MODE/greedy.json, OUT/MODE/bench-tT/ (results.json, report.md) and OUT/MODE/server.log.
 `summarize` (run after every mode is done, also on another machine) compares the greedy outputs across
 modes, puts served acceptance beside the rig's offline evaluation on the same served tokens, and writes
@@ -32,7 +33,12 @@ MODES = ("none", "dflash", "ddtree-8", "ddtree-16", "ddtree-32")
 BLOCK = 8  # served block size (the profile's --speculative-num-draft-tokens)
 TOPK = 4
 WINDOW = 2048
-SERVER_ARGS = ("--cuda-graph-max-bs", "64", "--max-running-requests", "64", "--mem-fraction-static", "0.3")
+# Graphs for the bench's batch sizes and a few between (a batch pads up to the next one): each captured size
+# costs start-up time in every mode, and five modes start in one sitting.
+SERVER_ARGS = (
+    "--cuda-graph-bs", "1", "2", "4", "8", "16", "24", "32", "48", "64",
+    "--max-running-requests", "64", "--mem-fraction-static", "0.3",
+)  # fmt: skip
 
 
 def say(msg: str) -> None:
@@ -135,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     begin = time.monotonic()
     failed = 0
     for mode in args.modes.split(","):
+        done = args.out / mode / "run.json"
+        if done.is_file() and "error" not in json.loads(done.read_text()):
+            say(f"{mode}: already done in {args.out} (remove {done} to run it again)")
+            continue
         if time.monotonic() - begin > args.deadline:
             say(f"{mode}: skipped, past the {args.deadline:.0f} s deadline")
             continue

@@ -185,7 +185,10 @@ class _Handler(BaseHTTPRequestHandler):
                 yield {"text": "x" * done, "output_ids": list(range(done)), "meta_info": meta}
             yield "[DONE]"
 
-        self._sse(events())
+        if body.get("stream"):
+            self._sse(events())
+        else:  # like SGLang: without "stream" one JSON object, the finished state
+            self._json([e for e in events() if isinstance(e, dict)][-1])
 
     def _openai(self, body: dict[str, Any], chat: bool) -> None:
         cfg = self.server.config

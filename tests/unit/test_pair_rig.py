@@ -234,3 +234,58 @@ def test_toy_preset_trains_and_evaluates_end_to_end(tmp_path: Path) -> None:
     worse = json.loads(json.dumps(metrics))
     worse["target_heldout_loss"] *= 1.1
     assert train.compare_metrics(metrics, worse)[0].startswith("target_heldout_loss")
+
+
+def test_serve_bench_and_summary_against_the_sglang_test_double(tmp_path: Path, monkeypatch) -> None:
+    """serve_bench's per-mode run (greedy check, `ddtree bench` at two temperatures) and summarize's table,
+    with ddtree.smoke.Server replaced by the bench's SGLang TEST DOUBLE (no GPU here to start SGLang)."""
+    from ddtree.bench.client import Client
+
+    from benchmarks.pair import serve_bench, summarize
+    from tests.unit.bench_double import DoubleConfig, serve
+
+    pair = tmp_path / "pair"
+    (pair / "target").mkdir(parents=True)
+    tok_text = tmp_path / "t.txt"
+    tok_text.write_text("def f(x):\n    return x\n" * 100)
+    tokenizer.train([tok_text], 300, pair / "target")
+    prompts = [[5, 6, 7, 8], [9, 10, 11, 12]]
+    (pair / "eval_prompts.json").write_text(json.dumps({"prompts": prompts, "continuations": [[1] * 8] * 2}))
+
+    with serve(DoubleConfig(chunk_interval_s=0.002, ttft_s=0.01, tokens_per_chunk=3)) as (url, double):
+
+        class DoubleServer:
+            def __init__(self, target, args, log_path, settings, skip_tokenizer_init=True):
+                self.url, self.client = url, Client(url, timeout=30)
+                self.cmd = ["sglang", *args, *settings.extra_server_args]  # as smoke.Server adds them
+                log_path.write_text("test double\n")
+
+            def wait_ready(self) -> float:
+                return 0.1
+
+            def stop(self) -> None:
+                pass
+
+        monkeypatch.setattr(serve_bench.smoke, "Server", DoubleServer)
+        monkeypatch.setattr(serve_bench.smoke, "gpu_problem", lambda: None)
+        runs = tmp_path / "runs"
+        argv = ["--pair", str(pair), "--out", str(runs), "--modes", "none,dflash", "--contexts", "32",
+                "--concurrency", "1,2", "--max-tokens", "9", "--repeats", "2"]  # fmt: skip
+        assert serve_bench.main(argv) == 0
+        dflash_cmd = json.loads((runs / "dflash" / "run.json").read_text())["cmd"]
+        assert "--speculative-algorithm" in dflash_cmd and "DFLASH" in dflash_cmd
+        assert "--cuda-graph-bs" in dflash_cmd
+        # a second sitting resumes: both modes are done, nothing is sent again
+        seen = len(double.requests_seen)
+        assert serve_bench.main(argv) == 0
+        assert len(double.requests_seen) == seen
+    greedy = json.loads((runs / "none" / "greedy.json").read_text())
+    assert len(greedy["outputs"]) == 2 and greedy["accept_lengths"] == [pytest.approx(8 / 3)] * 2  # 3+3+2
+    assert summarize.main(["--runs", str(runs)]) == 0
+    summary = json.loads((runs / "summary.json").read_text())
+    assert summary["greedy"]["dflash"]["identical_to_none"] == 2
+    cells = {(r["temperature"], r["concurrency"], r["mode"]) for r in summary["bench"]}
+    assert cells == {(t, c, m) for t in (0.0, 1.0) for c in (1, 2) for m in ("none", "dflash")}
+    ratios = [r for r in summary["bench"] if r["mode"] == "dflash"]
+    assert all(r["ratio_vs"] == "none" and r["per_request_ratio"] > 0 for r in ratios)
+    assert "| dflash | 2/2 |" in (runs / "summary.md").read_text()
