@@ -51,11 +51,8 @@ def greedy_table(runs: Path, modes: list[str]) -> dict[str, Any]:
     return table
 
 
-def offline_on_served(runs: Path, pair: Path, device: str) -> dict[str, dict[str, float]]:
-    """The rig's acceptance on (eval prompt, the no-speculation server's greedy output) pairs."""
-    import torch
-
-    from benchmarks.pair import evaluate
+def load_pair(pair: Path, device: str):
+    """(target, drafter) of a trained pair's folder, in eval mode on `device`."""
     from benchmarks.pair.modeling import Drafter, DrafterConfig, Target, TargetConfig, load_weights
 
     cfg_t = json.loads((pair / "target" / "config.json").read_text())
@@ -71,8 +68,16 @@ def offline_on_served(runs: Path, pair: Path, device: str) -> dict[str, dict[str
     target, drafter = Target(target_cfg), Drafter(target_cfg, drafter_cfg)
     load_weights(target, pair / "target", prefix="model.")
     load_weights(drafter, pair / "drafter", prefix="")
-    target.to(device).eval()
-    drafter.to(device).eval()
+    return target.to(device).eval(), drafter.to(device).eval()
+
+
+def offline_on_served(runs: Path, pair: Path, device: str) -> dict[str, dict[str, float]]:
+    """The rig's acceptance on (eval prompt, the no-speculation server's greedy output) pairs."""
+    import torch
+
+    from benchmarks.pair import evaluate
+
+    target, drafter = load_pair(pair, device)
     prompts = json.loads((pair / "eval_prompts.json").read_text())["prompts"]
     served = json.loads((runs / "none" / "greedy.json").read_text())["outputs"]
     budgets = sorted(int(m.split("-")[1]) for m in MODES if m.startswith("ddtree-"))
@@ -81,6 +86,35 @@ def offline_on_served(runs: Path, pair: Path, device: str) -> dict[str, dict[str
             target, drafter, list(zip(prompts, served, strict=True)), BLOCK, evaluate.methods(budgets, TOPK)
         )
     return {("dflash" if k == evaluate.CHAIN else k): v for k, v in result.items()}
+
+
+def divergence_gaps(runs: Path, pair: Path, device: str, modes: list[str]) -> dict[str, list[float]]:
+    """Per mode: the target's top-1 minus top-2 logit at each first difference from no speculation.
+
+    A small gap means the two servers' bf16 arithmetic (a decode step vs a verify pass over a block or a
+    tree) broke a near-tie; a large one would be a bug. Computed in float32 by the rig's copy of the target.
+    """
+    import torch
+
+    target, _ = load_pair(pair, device)
+    prompts = json.loads((pair / "eval_prompts.json").read_text())["prompts"]
+    base = json.loads((runs / "none" / "greedy.json").read_text())["outputs"]
+    gaps: dict[str, list[float]] = {}
+    for mode in modes:
+        if mode == "none" or not (runs / mode / "greedy.json").is_file():
+            continue
+        outputs = json.loads((runs / mode / "greedy.json").read_text())["outputs"]
+        gaps[mode] = []
+        for prompt, a, b in zip(prompts, base, outputs, strict=True):
+            first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+            if first is None:
+                continue
+            ids = torch.tensor([prompt + a[:first]], device=device)
+            with torch.no_grad():
+                logits, _ = target(ids)
+            top = logits[0, -1].float().topk(2).values
+            gaps[mode].append(round(float(top[0] - top[1]), 4))
+    return gaps
 
 
 def bench_rows(runs: Path, modes: list[str]) -> list[dict[str, Any]]:
@@ -134,6 +168,17 @@ def markdown(summary: dict[str, Any]) -> str:
         ratio = served / off if served and off else None
         same = f"{row.get('identical_to_none', '-')}/{row['requests']}"
         lines.append(f"| {mode} | {same} | {_f(served, 3)} | {_f(off, 3)} | {_f(ratio, 3)} |")
+    gaps = summary.get("first_difference_gaps") or {}
+    if gaps:
+        lines += [
+            "",
+            "Target's top-1 minus top-2 logit (float32) at each first difference from no speculation:",
+            "",
+        ]
+        for mode, values in gaps.items():
+            small = sum(v <= 0.25 for v in values)
+            shown = ", ".join(f"{v:.3f}" for v in sorted(values))
+            lines.append(f"- {mode}: {small} of {len(values)} at most 0.25 ({shown})")
     lines += ["", "## Served speed (medians; ratio: DFLASH over none, DDTREE over DFLASH)", ""]
     lines += [
         "| T | context | conc | mode | tok/s per request | aggregate tok/s | TTFT s | accept | "
@@ -161,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     summary: dict[str, Any] = {"modes": modes, "greedy": greedy_table(args.runs, modes)}
     if args.pair is not None and (args.runs / "none" / "greedy.json").is_file():
         summary["offline_on_served"] = offline_on_served(args.runs, args.pair, args.device)
+        summary["first_difference_gaps"] = divergence_gaps(args.runs, args.pair, args.device, modes)
     summary["bench"] = bench_rows(args.runs, modes)
     atomic_write(args.runs / "summary.json", json.dumps(summary, indent=1) + "\n")
     text = markdown(summary)

@@ -27,7 +27,7 @@ for step in "$@"; do
       { python3 -m ddtree.patchset apply --root /tmp/site --series patches/series.yaml &&
         python3 -m ddtree.patchset verify --root /tmp/site --series patches/series.yaml; } || exit 1
       python3 -m benchmarks.pair.serve_bench --pair "$PAIR" --out "$RUNS" --modes "$MODES" \
-        --deadline "${DEADLINE:-480}"
+        --deadline "${DEADLINE:-480}" ${SERVE_ARGS:-}
       src=$? ;;
     summary)
       python3 -m benchmarks.pair.summarize --runs "$RUNS" --pair "$PAIR" --device cuda
