@@ -23,7 +23,7 @@ from typing import Any
 
 from ddtree import reference as reference_mod
 from ddtree.bench.client import Client, GenerationRequest, RequestResult
-from ddtree.bench.serverinfo import fetch_server_info
+from ddtree.bench.serverinfo import server_info_answer
 from ddtree.errors import UserError
 from ddtree.serve import BLOCK_SIZE_FLAGS
 
@@ -223,11 +223,13 @@ def run_live(
         return finish(FAILED)
     report.checks.append(LiveCheck("health", "pass", "GET /health -> 200"))
 
-    info = fetch_server_info(client)
+    info, answer = server_info_answer(client)
     if not isinstance(info, dict):
         report.checks.append(
             LiveCheck(
-                "server_info", "fail", "neither /server_info nor /get_server_info answers JSON: not SGLang?"
+                "server_info",
+                "fail",
+                f"neither /server_info nor /get_server_info answers a JSON object ({answer}): not SGLang?",
             )
         )
         return finish(FAILED)

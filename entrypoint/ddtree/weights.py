@@ -504,6 +504,8 @@ def _cmd_hash(args: Any) -> int:
 def register(subparsers: Any) -> None:
     import argparse
 
+    from ddtree.numbers import BLOCK_SIZE, WORKERS, arg_type
+
     parser = subparsers.add_parser("weights", help="check a weights folder, or hash it (manifest)")
     sub = parser.add_subparsers(dest="weights_command", required=True, metavar="ACTION")
     chk = sub.add_parser(
@@ -512,7 +514,12 @@ def register(subparsers: Any) -> None:
     chk.add_argument("target", help="the target model folder")
     chk.add_argument("--model-type", default="kimi_k25", help="expected config.json model_type ('' for any)")
     chk.add_argument("--drafter", help="the DFlash drafter folder")
-    chk.add_argument("--block-size", type=int, default=8, help="the configured block size (num-draft-tokens)")
+    chk.add_argument(
+        "--block-size",
+        type=arg_type(BLOCK_SIZE),
+        default=8,
+        help="the configured block size (num-draft-tokens)",
+    )
     chk.set_defaults(func=_cmd_check)
     hsh = sub.add_parser(
         "hash",
@@ -522,5 +529,5 @@ def register(subparsers: Any) -> None:
     hsh.add_argument("folder")
     hsh.add_argument("--write", metavar="FILE", help="write the `sha256  path` manifest here (else stdout)")
     hsh.add_argument("--manifest", metavar="FILE", help="compare with this manifest; exit 1 on a difference")
-    hsh.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="threads")
+    hsh.add_argument("--workers", type=arg_type(WORKERS), default=os.cpu_count() or 1, help="threads")
     hsh.set_defaults(func=_cmd_hash)
