@@ -304,3 +304,22 @@ def test_compose_shape() -> None:
         start = service["healthcheck"]["start_period"]
         assert start.endswith("m") and int(start[:-1]) >= 30, "a 600 GB load needs a long start period"
         assert service["restart"] == "unless-stopped"
+
+
+def test_out_naming_a_folder_or_an_impossible_path_is_one_line(tmp_path: Path) -> None:
+    """`render --out DIR` (the real CLI, the checkout's env/): one line naming DIR, exit 1, DIR untouched."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("keep")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    for out, said in ((folder, "is a folder"), (blocker / "Dockerfile", "cannot be")):
+        done = subprocess.run(
+            [sys.executable, "-m", "ddtree_build.cli", "render", "--out", str(out)],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 1, done
+        assert done.stderr.startswith(f"ddtree-build: error: {out}") and done.stderr.count("\n") == 1
+        assert said in done.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["keep.txt"] and blocker.read_text() == "x"
