@@ -121,7 +121,14 @@ def test_stages_have_banners_and_labels_come_last(fake_env: Path, base: str) -> 
     after_entrypoint = instructions[instructions.index('ENTRYPOINT ["ddtree", "serve"]') + 1 :]
     label_run = [item for item in after_entrypoint if item.startswith("RUN ")]
     assert len(label_run) == 1 and label_run[0].endswith("> /opt/ddtree/image-labels.json")
-    assert all(item.startswith(("ARG ", "LABEL ")) for item in after_entrypoint if item not in label_run)
+    assert all(
+        item.startswith(("ARG ", "LABEL ", "USER ")) for item in after_entrypoint if item not in label_run
+    )
+    # The server runs unprivileged: the last USER is the numeric non-root one, and no RUN follows it.
+    users = [i for i, item in enumerate(instructions) if item.startswith("USER ")]
+    assert [instructions[i] for i in users] == ["USER 10001:10001"]
+    assert not any(item.startswith("RUN ") for item in instructions[users[-1] :])
+    assert "useradd --uid 10001 --gid 10001 --create-home --home-dir /home/ddtree" in text
     # The JSON copy for the self-check carries exactly the LABEL's pairs, in order.
     run_pairs = re.findall(r'"([a-z][\w.-]+)" "([^"]*)"', label_run[0])
     assert run_pairs == re.findall(r'([a-z][\w.-]+)="([^"]*)"', instructions[-1])
