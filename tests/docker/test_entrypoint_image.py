@@ -237,14 +237,15 @@ def test_selfcheck_offline_passes_with_weights(docker: str, tag: str, models) ->
 
 
 def test_selfcheck_offline_fails_on_an_altered_image(docker: str, tag: str, models) -> None:
-    """Alter one patched file in a derived image (docker commit): the patch and parse checks fail."""
+    """Alter one patched file in a derived image (docker commit, as root: the image's own user cannot write
+    site-packages): the patch and parse checks fail."""
     raw = docker_run(docker, "--entrypoint", "cat", tag, "/opt/ddtree/patch-manifest/manifest.json")
     files = sorted(json.loads(raw.stdout)["files"])
     py = next(f for f in files if f.endswith(".py"))
     name = f"ddtree-alter-{int(time.time() * 1000)}"
     altered = f"{TEST_NAME}:altered-{name}"
     subprocess.run(
-        [docker, "run", "--name", name, "--network=none", "--entrypoint", "sh", tag, "-c",
+        [docker, "run", "--name", name, "--network=none", "--user", "0", "--entrypoint", "sh", tag, "-c",
          f"echo 'def broken(:' >> {SITE}/{py}"],
         capture_output=True, check=True,
     )  # fmt: skip
