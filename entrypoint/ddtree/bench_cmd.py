@@ -49,7 +49,11 @@ def _add_server_options(parser: argparse.ArgumentParser, api_default: str) -> No
         "is SGLang, else /v1/completions",
     )
     parser.add_argument("--model", help="model name in OpenAI requests (default: the server's first model)")
-    parser.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="bearer token, if any")
+    parser.add_argument(
+        "--api-key",
+        help="bearer token, if any (default: $DDTREE_API_KEY, $DDTREE_API_KEY_FILE, $OPENAI_API_KEY; prefer "
+        "those: a flag's value is visible to every user in `ps`)",
+    )
     parser.add_argument(
         "--timeout", type=arg_type(SECONDS), default=900.0, help="seconds per request (default 900)"
     )
@@ -145,6 +149,9 @@ def _connect(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
 
     if not args.url:
         raise UserError("--url is required, e.g. --url http://127.0.0.1:30000")
+    from ddtree.serve import api_key_from
+
+    args.api_key = args.api_key or api_key_from(os.environ) or os.environ.get("OPENAI_API_KEY") or None
     probe = Client(args.url, api="generate", timeout=args.timeout, api_key=args.api_key)
     server = probe_server(probe)
     if server["kind"] == "unknown":

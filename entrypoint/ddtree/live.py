@@ -339,6 +339,7 @@ def selfcheck_live(args: Any) -> int:
     import os
 
     from ddtree.selfcheck import Context, format_table, report_dict
+    from ddtree.serve import api_key_from
 
     expectation = load_expectation(Path(args.reference) if args.reference else None)
     report = run_live(
@@ -346,7 +347,7 @@ def selfcheck_live(args: Any) -> int:
         expectation,
         tolerance=args.tolerance,
         max_tokens=args.max_tokens,
-        api_key=os.environ.get("DDTREE_API_KEY") or None,
+        api_key=api_key_from(os.environ),
     )
     ctx = Context(offline=False)
     document = report_dict(outcomes(report), ctx)

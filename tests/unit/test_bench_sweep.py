@@ -162,11 +162,16 @@ def test_bad_arguments_are_one_line_errors(tmp_path: Path, capsys) -> None:
 
 
 @contextmanager
-def _answering(status: int, content_type: str, body: bytes) -> Iterator[str]:
-    """A real HTTP server on 127.0.0.1 that gives every GET the same answer (an error page, HTML...)."""
+def _answering(
+    status: int, content_type: str, body: bytes, seen: list[str | None] | None = None
+) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 that gives every GET the same answer (an error page, HTML...);
+    `seen` collects each request's Authorization header."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            if seen is not None:
+                seen.append(self.headers.get("Authorization"))
             send_body(self, status, content_type, body)
 
         def log_message(self, format: str, *args: object) -> None:
@@ -266,3 +271,17 @@ def test_cells_with_failed_requests_are_measured_again(tmp_path: Path, capsys) -
         config.fail_every = 0
         assert main(sweep_argv(url, out, "--no-plots")) == 0
     assert len(json.loads((out / "results.json").read_text())["cells"]) == 4
+
+
+def test_api_key_comes_from_the_environment_or_a_secret_file(tmp_path: Path, capsys, monkeypatch) -> None:
+    """No --api-key on the command line needed (a flag's value is public in `ps`): DDTREE_API_KEY_FILE."""
+    key_file = tmp_path / "api_key"
+    key_file.write_text("sk-from-a-secret-file\n")
+    monkeypatch.delenv("DDTREE_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("DDTREE_API_KEY_FILE", str(key_file))
+    seen: list[str | None] = []
+    with _answering(500, "text/plain", b"no", seen) as url:
+        assert main(["bench", "--url", url, "--timeout", "5", "--out", str(tmp_path / "o"), "--quiet"]) == 1
+    assert seen and set(seen) == {"Bearer sk-from-a-secret-file"}
+    assert "sk-from-a-secret-file" not in capsys.readouterr().err
