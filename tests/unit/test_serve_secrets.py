@@ -11,12 +11,13 @@ over every process, /proc/PID/environ) and every line it and `ddtree serve` logg
   module is launch_server; everything else is the real patched sglang 0.5.13.post1 on CPU (built by
   test_ddtree_sglang's fixture). It calls the real `prepare_server_args` (the real --config parsing, through
   the memfd link) and logs `f"{server_args=}"` with SGLang's logger exactly as engine.py:787 does at
-  start-up, so the log line is the one SGLang would print.
+  start-up, so the log line is the one SGLang would print; then it runs the patched /server_info handler.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -59,14 +60,29 @@ exec(compile(open(_init).read(), _init, "exec"))
 '''
 
 REAL_LAUNCH = '''\
-"""STAND-IN launch_server over the real sglang: the real prepare_server_args, then engine.py's log line."""
-import hashlib, logging, os, signal, sys, time
+"""STAND-IN launch_server over the real sglang: the real prepare_server_args, then engine.py's log line,
+then the real (patched) /server_info handler, compiled from http_server.py's source on its own (importing
+that module needs uvloop) with a stand-in tokenizer manager holding the real ServerArgs."""
+import ast, asyncio, dataclasses, hashlib, json, logging, os, signal, sys, time, types
+import sglang
 from sglang.srt.server_args import prepare_server_args
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 server_args = prepare_server_args(sys.argv[1:])
 logging.getLogger("sglang.srt.entrypoints.engine").info(f"{server_args=}")
 for name in ("api_key", "admin_api_key"):
     print(name, "sha256", hashlib.sha256(str(getattr(server_args, name)).encode()).hexdigest(), flush=True)
+source = os.path.join(sglang.__path__[-1], "srt", "entrypoints", "http_server.py")
+tree = ast.parse(open(source).read())
+handler = next(n for n in tree.body if isinstance(n, ast.AsyncFunctionDef) and n.name == "server_info")
+handler.decorator_list = []
+async def no_states():
+    return []
+manager = types.SimpleNamespace(server_args=server_args, get_internal_state=no_states)
+scope = {"dataclasses": dataclasses, "List": list, "Dict": dict, "Any": object, "__version__": "test",
+         "_global_state": types.SimpleNamespace(tokenizer_manager=manager, scheduler_info={})}
+exec(compile(ast.Module(body=[handler], type_ignores=[]), source, "exec"), scope)
+info = asyncio.run(scope["server_info"]())
+print("SERVER_INFO", json.dumps(info, default=str), flush=True)
 print("READY", os.getpid(), flush=True)
 time.sleep(120)
 '''
@@ -171,7 +187,6 @@ def test_real_sglang_reads_the_keys_and_does_not_log_them(
     tmp_path: Path,
     sglang_cpu_path: str,  # noqa: F811
 ) -> None:
-    import json
 
     models = tmp_path / "models"
     (models / "target").mkdir(parents=True)
@@ -197,6 +212,8 @@ def test_real_sglang_reads_the_keys_and_does_not_log_them(
         logged = [line for line in log if "server_args=ServerArgs(" in line]
         assert logged, log[-20:]  # SGLang's own start-up log line ran
         assert "api_key" not in logged[0] and "port=" in logged[0]
+        served = json.loads(next(line for line in log if line.startswith("SERVER_INFO ")).split(" ", 1)[1])
+        assert "api_key" not in served and "admin_api_key" not in served and served["tp_size"] == 1
         _assert_no_secret_anywhere(proc, log)
     finally:
         log += _stop(proc)
