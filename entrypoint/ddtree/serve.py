@@ -225,7 +225,10 @@ def api_key_from(environ: Mapping[str, str]) -> str | None:
     path = environ.get("DDTREE_API_KEY_FILE")
     if not path:
         return None
-    text = read_text(Path(path), "not found; DDTREE_API_KEY_FILE names the file holding the API key")
+    try:
+        text = read_text(Path(path), "not found; DDTREE_API_KEY_FILE names the file holding the API key")
+    except UserError as exc:
+        raise UserError(str(exc), exit_code=EXIT_CANNOT_RUN) from exc
     key = text.strip().splitlines()[0].strip() if text.strip() else ""
     if not key:
         raise UserError(

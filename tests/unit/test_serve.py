@@ -495,3 +495,16 @@ def test_tp_must_divide_the_attention_heads(env_dir, clean_env, models, tmp_path
     assert err.count("\n") == 1
     assert "tensor parallel size 4 does not divide the model's 6 attention heads" in err
     assert "set DDTREE_TP to one of 1, 2, 3, 6" in err
+
+
+def test_api_key_file_problems_are_one_line(env_dir, clean_env, tmp_path, capsys) -> None:
+    clean_env.setenv("DDTREE_TARGET", "pro6000")
+    clean_env.setenv("DDTREE_API_KEY_FILE", str(tmp_path / "absent"))
+    assert run_serve(env_dir, "--dry-run") == 2
+    err = capsys.readouterr().err
+    hint = "not found; DDTREE_API_KEY_FILE names the file holding the API key"
+    assert err == f"ddtree: error: {tmp_path / 'absent'}: {hint}\n"
+    (tmp_path / "empty").write_text("\n")
+    clean_env.setenv("DDTREE_API_KEY_FILE", str(tmp_path / "empty"))
+    assert run_serve(env_dir, "--dry-run") == 2
+    assert "empty: empty; DDTREE_API_KEY_FILE must hold the API key" in capsys.readouterr().err
