@@ -128,10 +128,18 @@ ENV CUDA_DEVICE_ORDER=PCI_BUS_ID \
     NCCL_P2P_DISABLE=1 \
     SGLANG_ENABLE_JIT_DEEPGEMM=0 \
     TORCH_CUDA_ARCH_LIST=12.0
+# The server runs as an unprivileged user: it needs no privilege, and a root process that is broken into owns
+# the container. The NVIDIA runtime makes the GPU device nodes usable by any user, /dev/shm is world-writable,
+# and the weights are mounted read-only and must be world-readable (Hugging Face downloads are: 0644 files,
+# 0755 folders). HOME holds what SGLang, Triton and flashinfer's JIT cache; bench output lands in WORKDIR.
+# Weights readable by root alone: fix their modes on the host, or run with `--user 0` (compose: user: "0").
+RUN groupadd --gid 10001 ddtree \
+    && useradd --uid 10001 --gid 10001 --create-home --home-dir /home/ddtree --shell /usr/sbin/nologin ddtree
+ENV HOME=/home/ddtree
 # CycloneDX SBOM (ddtree-build image writes it from the lock, the base, the patch series and env/weights.yaml;
 # it names the image version, so this small layer changes per commit); `ddtree selfcheck --offline` summarises it.
 COPY build-inputs/sbom.cdx.json /opt/ddtree/sbom.cdx.json
-WORKDIR /opt/ddtree
+WORKDIR /home/ddtree
 EXPOSE 30000
 ENTRYPOINT ["ddtree", "serve"]
 
@@ -163,6 +171,8 @@ RUN python -c 'import json, sys; a = sys.argv[1:]; print(json.dumps(dict(zip(a[:
         "io.ddtree.base" "nvidia" \
         "io.ddtree.target" "pro6000" \
         > /opt/ddtree/image-labels.json
+# From here on the unprivileged user `ddtree` (created above; numeric, so the host and Kubernetes see non-root).
+USER 10001:10001
 # Labels last: the per-commit values above invalidate nothing but this metadata.
 LABEL org.opencontainers.image.title="ddtree-pro6000" \
       org.opencontainers.image.description="Kimi K2.6 on SGLang 0.5.13.post1 with DFlash + DDTree, target pro6000" \

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from ddtree.fsutil import atomic_write
+from ddtree.fsutil import atomic_write, read_text
 
 from ddtree_build.errors import UserError
 from ddtree_build.paths import ENV_DIR, REPO_ROOT, TEMPLATES_DIR
@@ -275,10 +275,7 @@ def render(target: str = DEFAULT_TARGET, base: str = DEFAULT_BASE) -> str:
 
 def check_file(path: Path, fresh: str) -> list[str]:
     """Unified diff lines between `path` and a fresh render; empty when they agree."""
-    try:
-        current = path.read_text()
-    except FileNotFoundError:
-        current = ""
+    current = read_text(path) if path.exists() else ""
     if current == fresh:
         return []
     return list(

@@ -28,7 +28,7 @@ from typing import Any
 
 from ddtree import reference as reference_mod
 from ddtree.bench.client import Client, GenerationRequest, RequestResult
-from ddtree.bench.serverinfo import fetch_server_info
+from ddtree.bench.serverinfo import server_info_answer
 from ddtree.errors import UserError
 from ddtree.router import list_replicas
 from ddtree.serve import BLOCK_SIZE_FLAGS
@@ -241,14 +241,18 @@ def run_live(
         report.checks.append(step)
         if not replicas:
             return finish(FAILED)
-        informed = [r.url for r in replicas if _passed(r, "server_info")]
+        # A replica whose settings passed speaks for the router (the router's list order is not fixed).
+        informed = [r.url for r in replicas if _passed(r, "settings")]
+        informed += [r.url for r in replicas if _passed(r, "server_info") and r.url not in informed]
         if informed:
             info_client = client.at(informed[0])
-    info = fetch_server_info(info_client)
+    info, answer = server_info_answer(info_client)
     if not isinstance(info, dict):
         report.checks.append(
             LiveCheck(
-                "server_info", "fail", "neither /server_info nor /get_server_info answers JSON: not SGLang?"
+                "server_info",
+                "fail",
+                f"neither /server_info nor /get_server_info answers a JSON object ({answer}): not SGLang?",
             )
         )
         return finish(FAILED)
@@ -382,12 +386,13 @@ def selfcheck_live(args: Any) -> int:
     import os
 
     from ddtree.selfcheck import Context, format_table, report_dict
+    from ddtree.serve import api_key_from
 
     expectation = load_expectation(Path(args.reference) if args.reference else None)
     settings = {
         "tolerance": args.tolerance,
         "max_tokens": args.max_tokens,
-        "api_key": os.environ.get("DDTREE_API_KEY") or None,
+        "api_key": api_key_from(os.environ),
     }
     routed = list_replicas(Client(args.live, timeout=30.0, api_key=settings["api_key"]))
     replicas = None if routed is None else [run_live(r.url, expectation, **settings) for r in routed]

@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from ddtree import __version__
 from ddtree.errors import UserError
+from ddtree.numbers import COUNT, FRACTION, arg_type
 
 Status = Literal["pass", "fail", "skip", "error"]
 STATUSES: tuple[Status, ...] = ("pass", "fail", "skip", "error")
@@ -301,8 +302,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     mode.add_argument("--smoke", action="store_true", help="serve tiny models on this GPU: DDTree == greedy")
     parser.add_argument("--full-hash", action="store_true", help="sha256 every weight shard (reads all)")
     parser.add_argument("--weights-manifest", metavar="FILE", help="`sha256  path` lines for --full-hash")
-    parser.add_argument("--tolerance", type=float, default=0.10, help="--live: relative tolerance (0.10)")
-    parser.add_argument("--max-tokens", type=int, default=256, help="--live: tokens to generate (256)")
+    parser.add_argument(
+        "--tolerance", type=arg_type(FRACTION), default=0.10, help="--live: relative tolerance (0.10)"
+    )
+    parser.add_argument(
+        "--max-tokens", type=arg_type(COUNT), default=256, help="--live: tokens to generate (256)"
+    )
     parser.add_argument("--reference", metavar="FILE", help="--live: reference results (env/reference)")
     parser.add_argument(
         "--smoke-tp", type=int, default=1, metavar="N",

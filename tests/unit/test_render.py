@@ -121,7 +121,14 @@ def test_stages_have_banners_and_labels_come_last(fake_env: Path, base: str) -> 
     after_entrypoint = instructions[instructions.index('ENTRYPOINT ["ddtree", "serve"]') + 1 :]
     label_run = [item for item in after_entrypoint if item.startswith("RUN ")]
     assert len(label_run) == 1 and label_run[0].endswith("> /opt/ddtree/image-labels.json")
-    assert all(item.startswith(("ARG ", "LABEL ")) for item in after_entrypoint if item not in label_run)
+    assert all(
+        item.startswith(("ARG ", "LABEL ", "USER ")) for item in after_entrypoint if item not in label_run
+    )
+    # The server runs unprivileged: the last USER is the numeric non-root one, and no RUN follows it.
+    users = [i for i, item in enumerate(instructions) if item.startswith("USER ")]
+    assert [instructions[i] for i in users] == ["USER 10001:10001"]
+    assert not any(item.startswith("RUN ") for item in instructions[users[-1] :])
+    assert "useradd --uid 10001 --gid 10001 --create-home --home-dir /home/ddtree" in text
     # The JSON copy for the self-check carries exactly the LABEL's pairs, in order.
     run_pairs = re.findall(r'"([a-z][\w.-]+)" "([^"]*)"', label_run[0])
     assert run_pairs == re.findall(r'([a-z][\w.-]+)="([^"]*)"', instructions[-1])
@@ -322,3 +329,22 @@ def test_compose_shape() -> None:
         start = service["healthcheck"]["start_period"]
         assert start.endswith("m") and int(start[:-1]) >= 30, "a 600 GB load needs a long start period"
         assert service["restart"] == "unless-stopped"
+
+
+def test_out_naming_a_folder_or_an_impossible_path_is_one_line(tmp_path: Path) -> None:
+    """`render --out DIR` (the real CLI, the checkout's env/): one line naming DIR, exit 1, DIR untouched."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("keep")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    for out, said in ((folder, "is a folder"), (blocker / "Dockerfile", "cannot be")):
+        done = subprocess.run(
+            [sys.executable, "-m", "ddtree_build.cli", "render", "--out", str(out)],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 1, done
+        assert done.stderr.startswith(f"ddtree-build: error: {out}") and done.stderr.count("\n") == 1
+        assert said in done.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["keep.txt"] and blocker.read_text() == "x"

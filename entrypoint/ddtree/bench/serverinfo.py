@@ -41,7 +41,18 @@ IMAGE_LABEL_FILES = ("/opt/ddtree/image-labels.json",)
 
 def fetch_server_info(client: Client) -> Any | None:
     """The server's info dump: /server_info, else the deprecated /get_server_info (0.5.13.post1 has both)."""
-    return client.get_json("/server_info") or client.get_json("/get_server_info")
+    return server_info_answer(client)[0]
+
+
+def server_info_answer(client: Client) -> tuple[Any | None, str]:
+    """(the info dump or None, what /server_info answered): the reason names the status and body seen."""
+    info, answer = client.get_json_answer("/server_info")
+    if isinstance(info, dict):
+        return info, answer
+    if info is not None:
+        answer = f"GET /server_info -> HTTP 200 JSON {type(info).__name__}, not an object"
+    fallback = client.get_json("/get_server_info")
+    return (fallback if isinstance(fallback, dict) else None), answer
 
 
 def probe_server(client: Client) -> dict[str, Any]:
@@ -51,7 +62,7 @@ def probe_server(client: Client) -> dict[str, Any]:
     if replicas is not None:
         return probe_router(client, replicas)
     info: dict[str, Any] = {"url": client.url, "kind": "unknown"}
-    raw = fetch_server_info(client)
+    raw, info_answer = server_info_answer(client)
     if isinstance(raw, dict):
         info["kind"] = "sglang"
         for key in SERVER_KEYS:
@@ -72,11 +83,13 @@ def probe_server(client: Client) -> dict[str, Any]:
     model_info = client.get_json("/model_info") or client.get_json("/get_model_info")
     if isinstance(model_info, dict):
         info["model_info"] = {k: model_info.get(k) for k in ("model_path", "tokenizer_path", "model_type")}
-    models = client.get_json("/v1/models")
+    models, models_answer = client.get_json_answer("/v1/models")
     if isinstance(models, dict) and models.get("data"):
         info["model_id"] = models["data"][0].get("id")
         if info["kind"] == "unknown":
             info["kind"] = "openai"
+    if info["kind"] == "unknown":
+        info["answers"] = [info_answer, models_answer]
     info["mode"] = speculative_mode(info)
     return info
 
