@@ -10,7 +10,7 @@ from ddtree import __version__
 from ddtree.errors import run_command
 
 # Each entry is a module under ddtree with a `register(subparsers)` function.
-COMMAND_MODULES: tuple[str, ...] = ("selfcheck", "serve", "bench_cmd", "weights")
+COMMAND_MODULES: tuple[str, ...] = ("selfcheck", "serve", "bench_cmd", "weights", "receipt", "profiles")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -43,20 +43,24 @@ def fetch_server_info(client: Client) -> Any | None:
     return client.get_json("/server_info") or client.get_json("/get_server_info")
 
 
+def server_settings(raw: dict[str, Any]) -> dict[str, Any]:
+    """The kept SERVER_KEYS of an info dump, and the speculative/DFlash/DDTree settings."""
+    kept = {key: raw[key] for key in SERVER_KEYS if key in raw}
+    kept["speculative"] = {
+        key: value
+        for key, value in raw.items()
+        if key.startswith("speculative_") or "ddtree" in key.lower() or "dflash" in key.lower()
+    }
+    return kept
+
+
 def probe_server(client: Client) -> dict[str, Any]:
     """Ask the server who it is. Works against plain OpenAI servers too (then kind is 'openai')."""
     info: dict[str, Any] = {"url": client.url, "kind": "unknown"}
     raw = fetch_server_info(client)
     if isinstance(raw, dict):
         info["kind"] = "sglang"
-        for key in SERVER_KEYS:
-            if key in raw:
-                info[key] = raw[key]
-        info["speculative"] = {
-            key: value
-            for key, value in raw.items()
-            if key.startswith("speculative_") or "ddtree" in key.lower() or "dflash" in key.lower()
-        }
+        info.update(server_settings(raw))
         accept = [
             state.get("avg_spec_accept_length")
             for state in raw.get("internal_states") or []
