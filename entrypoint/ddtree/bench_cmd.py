@@ -218,7 +218,7 @@ def _write_receipt(
         prompt_text=receipt.PROMPT, max_tokens=receipt.GREEDY_TOKENS, temperature=0.0,
         model=summary["settings"]["model"],
     )  # fmt: skip
-    runs = [client.stream(request) for _ in range(2)]
+    runs = [client.stream(request) for _ in range(receipt.GREEDY_RUNS)]
     broken = next((r for r in runs if not r.ok), None)
     if broken is not None:
         greedy, check = (

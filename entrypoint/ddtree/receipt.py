@@ -50,6 +50,8 @@ PROMPT = (
     "returns them sorted. Include a docstring and three doctest examples, then explain its complexity.\n"
 )
 GREEDY_TOKENS = 256
+# Greedy runs of PROMPT a bench receipt makes (identical outputs prove deterministic decoding).
+GREEDY_RUNS = 2
 EXIT_VALID, EXIT_REJECTED, EXIT_CANNOT_RUN = 0, 1, 2
 
 
