@@ -106,13 +106,13 @@ def environment_for(
 # ---------------------------------------------------------------- CLI
 
 
-def _cmd_profiles(args: argparse.Namespace, runner: gpu.Runner = gpu.run_nvidia_smi) -> int:
+def _cmd_profiles(args: argparse.Namespace) -> int:
     from ddtree.serve import targets_dir_for
 
     folder = targets_dir_for(args.env_dir)
     profiles = load_all(folder)
     try:
-        gpus = gpu.query_gpus(runner)
+        gpus = gpu.query_gpus()
         gpu_error = None
     except UserError as exc:
         gpus, gpu_error = [], str(exc)

@@ -21,7 +21,7 @@ import datetime as dt
 import hashlib
 import json
 import platform
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -279,15 +279,12 @@ def problems(document: Mapping[str, Any], expected_labels: Mapping[str, str] | N
 # ---------------------------------------------------------------- CLI
 
 
-def _cmd_verify(
-    args: argparse.Namespace,
-    inspect: Callable[[str], tuple[dict[str, str], str | None]] = image_identity.docker_labels,
-) -> int:
+def _cmd_verify(args: argparse.Namespace) -> int:
     document = load(Path(args.file))
     expected: dict[str, str] | None
     against: str
     if args.image:
-        expected, image_id = inspect(args.image)
+        expected, image_id = image_identity.docker_labels(args.image)
         recorded = (document.get("image") or {}).get("config_digest")
         against = f"image {args.image}" + (f" ({image_id[:19]})" if image_id else "")
         if recorded and image_id and recorded != image_id:

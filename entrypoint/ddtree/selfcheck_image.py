@@ -76,6 +76,8 @@ def site_packages_of(distribution: str = SGLANG) -> Path | None:
 def target_check(ctx: Context) -> CheckResult:
     if not ctx.environ.get("DDTREE_TARGET"):
         return skipped("DDTREE_TARGET is not set (the image sets it); no profile to check against")
+    if ctx.environ["DDTREE_TARGET"] == "auto" and _nvidia_smi(ctx) is None:
+        return skipped("DDTREE_TARGET=auto and no GPU runtime here: the profile is chosen on the GPU host")
     launch = _plan(ctx.environ)  # UserError -> fail with its message
     t = launch.target
     return passed(
@@ -184,8 +186,11 @@ def read_labels(environ: Mapping[str, str]) -> tuple[Path | None, dict[str, str]
 def expected_labels(ctx: Context) -> dict[str, str]:
     """What the labels must say, from what is really here."""
     want: dict[str, str] = {"io.ddtree.python.version": f"{sys.version_info.major}.{sys.version_info.minor}"}
-    if ctx.environ.get("DDTREE_TARGET"):
-        want["io.ddtree.target"] = ctx.environ["DDTREE_TARGET"]
+    target = ctx.environ.get("DDTREE_TARGET", "")
+    if target == "auto":  # the image is still built for one target; it says which in DDTREE_IMAGE_TARGET
+        target = ctx.environ.get("DDTREE_IMAGE_TARGET", "")
+    if target:
+        want["io.ddtree.target"] = target
     with contextlib.suppress(importlib.metadata.PackageNotFoundError):
         want["io.ddtree.sglang.version"] = importlib.metadata.version(SGLANG)
     launch = _plan_or_none(ctx)

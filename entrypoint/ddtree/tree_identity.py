@@ -4,7 +4,8 @@ The patch check proves the patched SGLang files; this proves everything else in 
 `*.dist-info/RECORD` lists its distribution's files with `sha256=<urlsafe base64>` hashes (the wheel's, or
 pip's for the .pyc it compiled at install). A file is then:
 
-    ok        its bytes hash to what RECORD (or, for a patched file, the patch manifest) says
+    ok        its bytes hash to what RECORD (or, for a patched file, the patch manifest) says; a row without
+              a hash (RECORD itself, the .pyc pip compiled at install) only has to be there
     changed   they do not
     missing   RECORD or the manifest lists it and it is not there
     extra     it is in site-packages and nothing lists it
@@ -68,6 +69,8 @@ class TreeReport:
     bytes: int = 0
     distributions: int = 0
     patched: int = 0
+    # RECORD rows without a hash (RECORD itself, the .pyc pip compiled): present, bytes covered by the digest
+    unhashed: int = 0
     changed: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
@@ -95,6 +98,7 @@ class TreeReport:
             "bytes": self.bytes,
             "distributions": self.distributions,
             "patched": self.patched,
+            "unhashed": self.unhashed,
             "changed": self.changed,
             "missing": self.missing,
             "extra": self.extra,
@@ -263,7 +267,9 @@ def scan(root: Path, extra_roots: Iterable[tuple[str, Path]] = (), workers: int 
         if want is None:
             if not _owned(rel):
                 report.extra.append(rel)
-        elif want.sha256 is not None and want.sha256 != digest:
+        elif want.sha256 is None:
+            report.unhashed += 1
+        elif want.sha256 != digest:
             report.changed.append(f"{rel} ({want.owner})")
     report.bytes = sum(size for _, size in sizes)
     report.missing = sorted(
