@@ -283,7 +283,7 @@ def test_compose_services_carry_their_targets_environment() -> None:
         port, target_env = render._target_facts(target)
         assert service["profiles"] == [target]
         assert service["image"].endswith(f":{target}")
-        expected = {"DDTREE_TARGET": target, **dict(target_env)}
+        expected = {"DDTREE_TARGET": f"${{DDTREE_TARGET:-{target}}}", **dict(target_env)}
         assert {k: str(v) for k, v in service["environment"].items()} == expected
         assert service["ports"] == [f"${{DDTREE_HOST_PORT:-{port}}}:{port}"]
 
@@ -304,3 +304,5 @@ def test_compose_shape() -> None:
         start = service["healthcheck"]["start_period"]
         assert start.endswith("m") and int(start[:-1]) >= 30, "a 600 GB load needs a long start period"
         assert service["restart"] == "unless-stopped"
+        cache = mounts["/var/cache/ddtree-jit"]
+        assert cache["type"] == "volume" and cache["source"] in compose["volumes"]
