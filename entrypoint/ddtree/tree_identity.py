@@ -18,8 +18,8 @@ relative paths; the ddtree package under `ddtree-lib/`), so any edit anywhere ch
 writes it to /opt/ddtree/tree-identity.json and the label io.ddtree.tree.sha256; `ddtree selfcheck
 --offline --full` recomputes and compares it.
 
-Hashing runs on a thread pool (hashlib releases the GIL on large buffers), files sorted largest first so
-the big shared objects start early. `python -m ddtree.tree_identity write|check` is the build step's CLI.
+Hashing runs in one forked process per usable CPU, on batches sorted largest first so the big shared objects
+start early and the workers finish together. The build step's CLI: `python -m ddtree.tree_identity write`.
 """
 
 from __future__ import annotations
@@ -30,12 +30,13 @@ import csv
 import hashlib
 import importlib.util
 import json
+import multiprocessing
 import os
 import sys
 import sysconfig
 import time
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,9 @@ PATCH_DIR = ".ddtree-patchset"
 OWN_FILES = ("ddtree.pth",)
 OWN_DIRS = (PATCH_DIR,)
 LIB_PREFIX = "ddtree-lib/"
-CHUNK = 1 << 20
+CHUNK = 1 << 22  # files above this are hashed through a buffer, the rest read whole
+BATCH_BYTES = 256 << 20
+BATCH_FILES = 2000
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,9 @@ class TreeReport:
     patched: int = 0
     # RECORD rows without a hash (RECORD itself, the .pyc pip compiled): present, bytes covered by the digest
     unhashed: int = 0
+    # .pyc whose bytes differ from RECORD's (a wheel that ships bytecode pip then recompiled) but whose header
+    # binds them to their verified source, as the interpreter checks before using them
+    recompiled: int = 0
     changed: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
@@ -99,6 +105,7 @@ class TreeReport:
             "distributions": self.distributions,
             "patched": self.patched,
             "unhashed": self.unhashed,
+            "recompiled": self.recompiled,
             "changed": self.changed,
             "missing": self.missing,
             "extra": self.extra,
@@ -127,9 +134,11 @@ def _relative(root: Path, path: str) -> str:
     )
 
 
-def read_records(root: Path) -> tuple[dict[str, Expected], int]:
-    """Every RECORD under `root` merged: relative path -> Expected; and the number of distributions."""
-    expected: dict[str, Expected] = {}
+def read_records(root: Path) -> tuple[dict[str, list[Expected]], int]:
+    """Every RECORD under `root` merged: relative path -> what each listing says (two distributions may ship
+    the same path, and one RECORD may list a .pyc twice: from the wheel, and as pip compiled it); and the
+    number of distributions."""
+    expected: dict[str, list[Expected]] = {}
     records = sorted(root.glob("*.dist-info/RECORD"))
     for record in records:
         owner = record.parent.name
@@ -143,7 +152,7 @@ def read_records(root: Path) -> tuple[dict[str, Expected], int]:
             if not row or not row[0]:
                 continue
             digest = record_hash_to_hex(row[1]) if len(row) > 1 else None
-            expected[_relative(root, row[0])] = Expected(digest, owner)
+            expected.setdefault(_relative(root, row[0]), []).append(Expected(digest, owner))
     return expected, len(records)
 
 
@@ -173,24 +182,62 @@ def walk_files(folder: Path, prefix: str = "") -> Iterator[tuple[str, os.DirEntr
                     yield name, entry
 
 
-def hash_path(path: str) -> str:
+def hash_path(path: str, buffer: bytearray | None = None) -> str:
     """sha256 hex of a file's bytes; of the link text for a symlink (never followed out of the tree)."""
     if os.path.islink(path):
         return hashlib.sha256(b"symlink:" + os.readlink(path).encode()).hexdigest()
-    digest = hashlib.sha256()
     with open(path, "rb", buffering=0) as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+        if buffer is None:
+            return hashlib.sha256(handle.read()).hexdigest()
+        digest = hashlib.sha256()
+        view = memoryview(buffer)
+        while n := handle.readinto(buffer):
+            digest.update(view[:n])
+        return digest.hexdigest()
+
+
+def _hash_batch(batch: list[tuple[str, int]]) -> list[str]:
+    """One worker's share: small files read whole (one read, one update), large ones through a buffer."""
+    buffer = bytearray(CHUNK)
+    return [hash_path(path, buffer if size > CHUNK else None) for path, size in batch]
+
+
+def _batches(paths: list[tuple[str, int]], workers: int) -> list[list[tuple[str, int]]]:
+    """Largest first, cut into batches of about BATCH_BYTES or BATCH_FILES, so the workers finish together."""
+    ordered = sorted(paths, key=lambda item: -item[1])
+    batches: list[list[tuple[str, int]]] = [[]]
+    load = 0
+    for item in ordered:
+        if batches[-1] and (load >= BATCH_BYTES or len(batches[-1]) >= BATCH_FILES):
+            batches.append([])
+            load = 0
+        batches[-1].append(item)
+        load += item[1]
+    return batches
 
 
 def hash_many(paths: list[tuple[str, int]], workers: int) -> dict[str, str]:
-    """path -> sha256 for (path, size) pairs, largest first over `workers` threads."""
-    ordered = [p for p, _ in sorted(paths, key=lambda item: -item[1])]
-    if workers <= 1:
-        return {p: hash_path(p) for p in ordered}
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return dict(zip(ordered, pool.map(hash_path, ordered), strict=True))
+    """path -> sha256 for (path, size) pairs over `workers` processes (forked: the per-file Python work of
+    ~100k files needs more than one core as much as the hashing does)."""
+    batches = _batches(paths, workers)
+    if workers <= 1 or len(paths) < 2 * BATCH_FILES or "fork" not in multiprocessing.get_all_start_methods():
+        results = [_hash_batch(batch) for batch in batches]
+    else:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            results = list(pool.map(_hash_batch, batches))
+    return {
+        path: digest
+        for batch, digests in zip(batches, results, strict=True)
+        for (path, _), digest in zip(batch, digests, strict=True)
+    }
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (a container's cpuset, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _patched_pyc_ok(root: Path, rel: str, patched: dict[str, str]) -> bool | None:
@@ -207,6 +254,26 @@ def _patched_pyc_ok(root: Path, rel: str, patched: dict[str, str]) -> bool | Non
     if not flags & 0b1:
         return False
     return data[8:16] == importlib.util.source_hash((root / source).read_bytes())
+
+
+def _bytecode_of_source(root: Path, rel: str) -> bool:
+    """A __pycache__ .pyc of this interpreter bound to its source's current bytes (hash-checked) or to its
+    mtime and size (timestamp-checked): the bytecode the interpreter would accept for that source."""
+    folder, _, name = rel.rpartition("/")
+    if not folder.endswith("__pycache__"):
+        return False
+    source = root / f"{folder[: -len('__pycache__')]}{name.split('.', 1)[0]}.py"
+    try:
+        header = (root / rel).read_bytes()[:16]
+        stat = source.stat()
+    except OSError:
+        return False
+    if len(header) < 16 or header[:4] != importlib.util.MAGIC_NUMBER:
+        return False
+    if int.from_bytes(header[4:8], "little") & 0b1:
+        return header[8:16] == importlib.util.source_hash(source.read_bytes())
+    mtime, size = int.from_bytes(header[8:12], "little"), int.from_bytes(header[12:16], "little")
+    return mtime == int(stat.st_mtime) & 0xFFFFFFFF and size == stat.st_size & 0xFFFFFFFF
 
 
 def _owned(rel: str) -> bool:
@@ -243,7 +310,7 @@ def scan(root: Path, extra_roots: Iterable[tuple[str, Path]] = (), workers: int 
         )
         locations[rel] = path
         sizes.append((path, size))
-    hashes = hash_many(sizes, workers or os.cpu_count() or 1)
+    hashes = hash_many(sizes, workers or usable_cpus())
     prefixes = [prefix for prefix, _ in extra_roots]
     report = TreeReport(root=str(root), distributions=distributions)
     lines = []
@@ -263,18 +330,24 @@ def scan(root: Path, extra_roots: Iterable[tuple[str, Path]] = (), workers: int 
             if not pyc:
                 report.changed.append(f"{rel} (bytecode not bound to the patched source)")
             continue
-        want = expected.get(rel)
-        if want is None:
+        wants = expected.get(rel)
+        if not wants:
             if not _owned(rel):
                 report.extra.append(rel)
-        elif want.sha256 is None:
+        elif any(want.sha256 == digest for want in wants):
+            continue
+        elif all(want.sha256 is None for want in wants):
             report.unhashed += 1
-        elif want.sha256 != digest:
-            report.changed.append(f"{rel} ({want.owner})")
+        elif rel.endswith(".pyc") and _bytecode_of_source(root, rel):
+            report.recompiled += 1
+        elif any(want.sha256 is None for want in wants):
+            report.unhashed += 1
+        else:
+            report.changed.append(f"{rel} ({', '.join(sorted({want.owner for want in wants}))})")
     report.bytes = sum(size for _, size in sizes)
     report.missing = sorted(
-        f"{rel} ({want.owner})"
-        for rel, want in expected.items()
+        f"{rel} ({', '.join(sorted({w.owner for w in wants}))})"
+        for rel, wants in expected.items()
         if rel not in locations and rel not in patched
     ) + sorted(f"{rel} (patch manifest)" for rel in patched if rel not in locations)
     report.digest = hashlib.sha256("".join(lines).encode()).hexdigest()

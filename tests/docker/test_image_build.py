@@ -158,6 +158,32 @@ def test_selfcheck_offline_passes_inside(docker: str, ci_image: image.ImageResul
     assert out.returncode == 0 and not failing, json.dumps(failing or report, indent=1)[-3000:]
 
 
+def test_tree_identity_is_labelled_and_selfcheck_full_catches_an_edit(
+    docker: str, ci_image: image.ImageResult
+) -> None:
+    """The build's tree digest is the label's and the baked file's; `selfcheck --offline --full` recomputes
+    it, passes on the image as built, and fails after an edit to a wheel's file and a stray file."""
+    tag = ci_image.tags[0]
+    digest = ci_image.labels["io.ddtree.tree.sha256"]
+    assert re.fullmatch(r"[0-9a-f]{64}", digest) and ci_image.build_args["TREE_SHA256"] == digest
+    baked = json.loads(
+        docker_run(docker, "--entrypoint", "cat", tag, "/opt/ddtree/tree-identity.json").stdout
+    )
+    assert baked["digest"] == digest and baked["files"] > 1000 and not baked["extra"]
+    full = ["selfcheck", "--offline", "--full", "--only", "tree", "--json"]
+    out = docker_run(docker, "--entrypoint", "ddtree", tag, *full)
+    check = json.loads(out.stdout)["checks"][0]
+    assert out.returncode == 0 and check["status"] == "pass", check["detail"]
+    assert check["data"]["digest"] == digest
+    script = f"echo '# edited' >> {SITE}/yaml/__init__.py && touch {SITE}/stray.py && ddtree {' '.join(full)}"
+    out = docker_run(docker, "--entrypoint", "bash", tag, "-c", script)
+    check = json.loads(out.stdout)["checks"][0]
+    assert out.returncode == 1 and check["status"] == "fail"
+    [changed] = check["data"]["changed"]
+    assert re.fullmatch(r"yaml/__init__\.py \((?i:pyyaml)-6\.0\.3\.dist-info\)", changed), changed
+    assert check["data"]["extra"] == ["stray.py"] and "differs from the build's" in check["detail"]
+
+
 def test_rebuild_reuses_the_dependency_layer(
     docker: str, ci_image: image.ImageResult, tmp_path: Path
 ) -> None:

@@ -125,3 +125,32 @@ def test_selfcheck_full_compares_the_baked_digest(
     result = selfcheck_tree.tree_check(ctx)
     assert result.status == "fail"
     assert "extra packaging/extra.py" in result.detail and "differs from the build's" in result.detail
+
+
+def _dist(site: Path, name: str, rows: list[str]) -> None:
+    (site / f"{name}-1.0.dist-info").mkdir(parents=True)
+    (site / f"{name}-1.0.dist-info" / "RECORD").write_text(
+        "\n".join([*rows, f"{name}-1.0.dist-info/RECORD,,"]) + "\n"
+    )
+
+
+def test_shared_paths_and_recompiled_bytecode(tmp_path: Path) -> None:
+    """Seen in the full image: two wheels shipping one path (the later install wins; either listing is the
+    wheel's), and a wheel's own .pyc pip recompiled (bytes differ from RECORD, header bound to the source)."""
+    site = tmp_path / "site"
+    (site / "pkg" / "__pycache__").mkdir(parents=True)
+    (site / "pkg" / "shared.py").write_text("B = 2\n")
+    (site / "pkg" / "mod.py").write_text("X = 1\n")
+    pyc = site / "pkg" / "__pycache__" / f"mod.cpython-{sys.version_info.major}{sys.version_info.minor}.pyc"
+    py_compile.compile(str(site / "pkg" / "mod.py"), cfile=str(pyc))
+    record = tree_identity.hex_to_record_hash
+    shared_a, shared_b = record(sha256_file(site / "pkg" / "shared.py")), record("0" * 64)
+    mod = f"pkg/mod.py,{record(sha256_file(site / 'pkg' / 'mod.py'))},6"
+    _dist(site, "a", [f"pkg/shared.py,{shared_b},6", mod, f"{pyc.relative_to(site)},{record('1' * 64)},1"])
+    _dist(site, "b", [f"pkg/shared.py,{shared_a},6"])
+    report = tree_identity.scan(site)
+    assert report.ok and report.recompiled == 1, report.problems()
+    data = bytearray(pyc.read_bytes())
+    data[12] ^= 1  # the source size in the header no longer matches
+    pyc.write_bytes(bytes(data))
+    assert tree_identity.scan(site).problems() == [f"changed {pyc.relative_to(site)} (a-1.0.dist-info)"]
