@@ -146,9 +146,9 @@ def _connect(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
 
 
 def _image(args: argparse.Namespace) -> dict[str, Any]:
-    from ddtree.bench.serverinfo import image_facts
+    from ddtree import image_identity
 
-    return image_facts(args.image_labels)
+    return image_identity.describe(labels_file=args.image_labels)
 
 
 def run_sweep(args: argparse.Namespace) -> int:

@@ -31,13 +31,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ddtree import gpu, lockfile, serve, weights
+from ddtree import gpu, image_identity, lockfile, serve, weights
 from ddtree.errors import UserError
 from ddtree.fsutil import sha256_file
 from ddtree.selfcheck import CheckResult, Context, check, failed, passed, skipped
 
 IMAGE_LOCK = Path("/opt/ddtree/requirements.lock")
-LABEL_FILES = (Path("/opt/ddtree/image-labels.json"), Path("/etc/ddtree/image-labels.json"))
 SGLANG = "sglang"
 
 
@@ -167,20 +166,9 @@ def patched_files_check(ctx: Context) -> CheckResult:
 
 
 def read_labels(environ: Mapping[str, str]) -> tuple[Path | None, dict[str, str]]:
-    """The labels baked into the image as JSON (a dict, or `docker inspect` output)."""
-    candidates = [Path(environ["DDTREE_IMAGE_LABELS"])] if environ.get("DDTREE_IMAGE_LABELS") else []
-    for path in [*candidates, *LABEL_FILES]:
-        if path.is_file():
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError) as exc:
-                raise UserError(f"image labels {path} are not JSON ({exc}): rebuild the image") from exc
-            if isinstance(data, list) and data and isinstance(data[0], dict):
-                data = (data[0].get("Config") or {}).get("Labels") or {}
-            if not isinstance(data, dict):
-                raise UserError(f"image labels {path} are not a JSON object: rebuild the image")
-            return path, {str(k): str(v) for k, v in data.items()}
-    return None, {}
+    """The labels baked into the image as JSON (dict or `docker inspect` output), by ddtree.image_identity."""
+    path, labels, _ = image_identity.local_labels(environ)
+    return path, labels
 
 
 def expected_labels(ctx: Context) -> dict[str, str]:

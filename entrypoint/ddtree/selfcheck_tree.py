@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddtree import tree_identity
+from ddtree import image_identity, tree_identity
 from ddtree.selfcheck import CheckResult, Context, check, failed, passed, skipped
-from ddtree.selfcheck_image import read_labels
 
 SHOWN = 3
 
@@ -24,7 +23,7 @@ def tree_check(ctx: Context) -> CheckResult:
     report = tree_identity.scan(site, extra)
     baked_path = Path(ctx.environ.get("DDTREE_TREE_IDENTITY") or tree_identity.IDENTITY_FILE)
     baked = tree_identity.read_identity(baked_path)
-    _, labels = read_labels(ctx.environ)
+    _, labels, _ = image_identity.local_labels(ctx.environ)
     label = labels.get(tree_identity.LABEL, "")
     data = {**report.to_json(), "baked": baked and baked.get("digest"), "label": label or None}
     problems = report.problems()

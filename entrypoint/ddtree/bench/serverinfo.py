@@ -1,4 +1,4 @@
-"""What the server is: SGLang version, speculative settings, model, image labels, Prometheus gauges.
+"""What the server is: SGLang version, speculative settings, model, Prometheus gauges.
 
 Results are only comparable when they say what produced them, so every run records this next to its
 numbers, and a resumed run refuses to mix cells from a different server configuration.
@@ -6,15 +6,10 @@ numbers, and a resumed run refuses to mix cells from a different server configur
 
 from __future__ import annotations
 
-import json
-import os
 import re
-from pathlib import Path
 from typing import Any
 
 from ddtree.bench.client import Client
-from ddtree.errors import UserError
-from ddtree.fsutil import sha256_file
 
 # /server_info keys worth keeping (the full dump is large and holds paths and ports).
 SERVER_KEYS = (
@@ -34,8 +29,6 @@ SERVER_KEYS = (
     "chunked_prefill_size",
     "disable_radix_cache",
 )
-
-IMAGE_LABEL_FILES = ("/opt/ddtree/image-labels.json",)
 
 
 def fetch_server_info(client: Client) -> Any | None:
@@ -139,41 +132,3 @@ def scrape_accept_length(client: Client) -> float | None:
         return None
     positive = [v for v in gauge if v > 0]
     return sum(positive) / len(positive) if positive else None
-
-
-def image_facts(labels_file: str | None = None) -> dict[str, Any]:
-    """What image this runs in: its labels when a file holds them, and facts the image carries.
-
-    Inside a container the OCI labels are not visible, so they come from a JSON file: --image-labels
-    (e.g. `docker inspect IMAGE > labels.json` on the host), $DDTREE_IMAGE_LABELS, or a file the image
-    bakes (IMAGE_LABEL_FILES). Inside the image, DDTREE_TARGET and the sha256 of the baked freeze and
-    patch manifest identify it too. Outside any image this is {} (recorded as unknown).
-    """
-    facts: dict[str, Any] = {}
-    candidates = (
-        [labels_file] if labels_file else [os.environ.get("DDTREE_IMAGE_LABELS", ""), *IMAGE_LABEL_FILES]
-    )
-    for candidate in candidates:
-        if not candidate or not Path(candidate).is_file():
-            continue
-        try:
-            data = json.loads(Path(candidate).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            if labels_file:
-                raise UserError(f"--image-labels {candidate}: not JSON ({exc})") from exc
-            continue
-        if isinstance(data, list) and data and isinstance(data[0], dict):  # docker inspect
-            data = (data[0].get("Config") or {}).get("Labels") or {}
-        if isinstance(data, dict):
-            facts.update(labels=data, labels_source=candidate)
-            break
-    if os.environ.get("DDTREE_TARGET"):
-        facts["target"] = os.environ["DDTREE_TARGET"]
-        env_dir = Path(os.environ.get("DDTREE_ENV_DIR", "/opt/ddtree/env"))
-        for key, path in (
-            ("freeze_sha256", env_dir / "freeze.txt"),
-            ("patch_manifest_sha256", Path("/opt/ddtree/patch-manifest/manifest.json")),
-        ):
-            if path.is_file():
-                facts[key] = sha256_file(path)
-    return facts
