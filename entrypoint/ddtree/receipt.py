@@ -217,7 +217,9 @@ def from_bench(
 
 
 def write(path: Path, document: Mapping[str, Any]) -> Path:
-    atomic_write(Path(path), json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    atomic_write(
+        Path(path), json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n", mode=0o644
+    )
     return Path(path)
 
 
