@@ -52,7 +52,7 @@ PROMPT = (
 GREEDY_TOKENS = 256
 # Greedy runs of PROMPT a bench receipt makes (identical outputs prove deterministic decoding).
 GREEDY_RUNS = 2
-EXIT_VALID, EXIT_REJECTED, EXIT_CANNOT_RUN = 0, 1, 2
+EXIT_VALID, EXIT_REJECTED = 0, 1  # a receipt that cannot be read or an image that cannot be inspected: 2
 
 
 def now_iso() -> str:
