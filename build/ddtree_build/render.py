@@ -90,6 +90,7 @@ def label_pairs(ctx: RenderContext) -> tuple[tuple[str, str], ...]:
         ("io.ddtree.source-date-epoch", "${SOURCE_DATE_EPOCH}"),
         ("io.ddtree.freeze.sha256", "${FREEZE_SHA256}"),
         ("io.ddtree.patches.sha256", "${PATCHES_SHA256}"),
+        ("io.ddtree.tree.sha256", "${TREE_SHA256}"),
         ("io.ddtree.sglang.version", ctx.sglang_version),
         ("io.ddtree.python.version", ctx.python_version),
         ("io.ddtree.cuda.version", ctx.cuda_version),

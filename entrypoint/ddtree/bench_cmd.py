@@ -1,7 +1,7 @@
 """`ddtree bench`: the context x concurrency sweep, `compare`, `humaneval` and `report`.
 
     ddtree bench --url URL [--contexts 60,1024,4096,8192] [--concurrency 1,8,32,64] [--out DIR]
-    ddtree bench compare A.json [B.json | REFERENCE.yaml] [--tolerance 0.1]
+    ddtree bench compare A.json [B.json | REFERENCE.yaml] [--tolerance 0.1]   (A, B: results or receipts)
     ddtree bench humaneval --url URL [--limit N] [--out DIR]
     ddtree bench report DIR
 Running the same sweep or humaneval command again resumes it: finished cells and samples are kept.
@@ -95,7 +95,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = bench.add_subparsers(dest="bench_command", metavar="SUBCOMMAND")
 
     compare = sub.add_parser("compare", help="speedups per cell and a verdict against env/reference")
-    compare.add_argument("results", nargs="+", type=Path, help="A.json [B.json | REFERENCE.yaml]")
+    compare.add_argument(
+        "results", nargs="+", type=Path, help="A.json [B.json | REFERENCE.yaml]: results.json or receipt.json"
+    )
     compare.add_argument(
         "--reference", type=Path, help="reference YAML (default: env/reference/results.yaml)"
     )
@@ -170,9 +172,9 @@ def _connect(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
 
 
 def _image(args: argparse.Namespace) -> dict[str, Any]:
-    from ddtree.bench.serverinfo import image_facts
+    from ddtree import image_identity
 
-    return image_facts(args.image_labels)
+    return image_identity.describe(labels_file=args.image_labels)
 
 
 def run_sweep(args: argparse.Namespace) -> int:
@@ -226,6 +228,8 @@ def run_sweep(args: argparse.Namespace) -> int:
     print(f"results: {out / 'results.json'}; " + ", ".join(str(p) for p in written))
     measured = {(c["context"], c["concurrency"]) for c in summary["cells"]}
     missing = [f"ctx={c} conc={k}" for c in args.contexts for k in args.concurrency if (c, k) not in measured]
+    written = _write_receipt(args, client, summary, missing, out)
+    print(f"receipt: {written} (check it with `ddtree receipt verify {written}`)")
     if missing:
         print(
             f"ddtree bench: incomplete cells ({', '.join(missing)}): run the same command again",
@@ -233,6 +237,33 @@ def run_sweep(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _write_receipt(
+    args: argparse.Namespace, client: Any, summary: dict[str, Any], missing: list[str], out: Path
+) -> Path:
+    """OUT/receipt.json: the sweep's figures and two greedy runs of the fixed prompt."""
+    from ddtree import receipt
+    from ddtree.bench.client import GenerationRequest
+
+    request = GenerationRequest(
+        prompt_text=receipt.PROMPT, max_tokens=receipt.GREEDY_TOKENS, temperature=0.0,
+        model=summary["settings"]["model"],
+    )  # fmt: skip
+    runs = [client.stream(request) for _ in range(receipt.GREEDY_RUNS)]
+    broken = next((r for r in runs if not r.ok), None)
+    if broken is not None:
+        greedy, check = (
+            {"api": client.api},
+            receipt.check_row("greedy_output", "fail", f"request failed: {broken.error}"),
+        )
+    else:
+        greedy, check = receipt.greedy_record(
+            [r.text for r in runs], receipt.GREEDY_TOKENS, runs[0].output_tokens
+        )
+        greedy["api"] = client.api
+    document = receipt.from_bench(summary, greedy, check, missing, args.image_labels)
+    return receipt.write(out / "receipt.json", document)
 
 
 def run_humaneval(args: argparse.Namespace) -> int:

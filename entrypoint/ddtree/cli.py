@@ -10,7 +10,15 @@ from ddtree import __version__
 from ddtree.errors import run_cli
 
 # Each entry is a module under ddtree with a `register(subparsers)` function.
-COMMAND_MODULES: tuple[str, ...] = ("selfcheck", "serve", "router_cmd", "bench_cmd", "weights")
+COMMAND_MODULES: tuple[str, ...] = (
+    "selfcheck",
+    "serve",
+    "router_cmd",
+    "bench_cmd",
+    "weights",
+    "receipt",
+    "profiles",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

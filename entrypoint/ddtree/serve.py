@@ -6,7 +6,9 @@ check the weights, the drafter, the GPUs, /dev/shm and the port, print the comma
 naming the path or value and the fix; nothing has loaded 600 GB yet.
 
 Environment overrides (all optional; the profile gives the defaults):
-    DDTREE_TARGET          pro6000 | b300: which profile under env/targets/ (the image bakes its own)
+    DDTREE_TARGET          pro6000 | b300 | auto: which profile under env/targets/ (the image bakes its own;
+                           auto picks the one that fits the GPUs, see ddtree.profiles)
+    DDTREE_JIT_CACHE_DIR   a persistent folder for the JIT caches, keyed by the image (see ddtree.jit_cache)
     DDTREE_ENV_DIR         where env/ lives (image: /opt/ddtree/env; a checkout: the repo's env/)
     DDTREE_MODEL_DIR       --model-path (default /models/target)
     DDTREE_DRAFTER_DIR     --speculative-draft-model-path (default /models/drafter)
@@ -64,7 +66,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddtree import gpu, numbers, targets, weights, weights_lock
+from ddtree import gpu, jit_cache, numbers, targets, weights, weights_lock
 from ddtree.errors import UserError
 from ddtree.fsutil import read_text
 from ddtree.weights_layout import is_read_only, resolve_checkout
@@ -182,6 +184,8 @@ class Launch:
     secrets: dict[str, str] = field(default_factory=dict)
     # The user's own --config YAML (already read): SGLang puts its values before the command line's.
     user_config: dict[str, Any] = field(default_factory=dict)
+    # Variables to remove before exec (the baked target's, when DDTREE_TARGET=auto chose another profile).
+    unset: tuple[str, ...] = ()
 
     @property
     def command(self) -> list[str]:
@@ -365,12 +369,26 @@ def plan(
     target_name: str | None = None,
     env_dir: str | None = None,
     extra: Sequence[str] = (),
+    gpu_runner: gpu.Runner = gpu.run_nvidia_smi,
 ) -> Launch:
-    """Resolve the target and assemble the launch; shared by serve and the offline self-check.
-    Values are checked here, so even --dry-run refuses a command SGLang could not take."""
-    target = load_profile(resolve_target(environ, target_name), targets_dir_for(env_dir))
-    # The profile's environment fills in what the caller did not set; the caller's values win.
-    environment = {k: environ.get(k, v) for k, v in target.environment.items()}
+    """Resolve the target (`auto`: the profile that fits the GPUs, see ddtree.profiles) and assemble the
+    launch; shared by serve and the offline self-check. Values are checked here, so even --dry-run refuses
+    a command SGLang could not take."""
+    from ddtree import profiles
+
+    folder = targets_dir_for(env_dir)
+    name = resolve_target(environ, target_name)
+    unset: tuple[str, ...] = ()
+    if name == profiles.AUTO:
+        target = load_profile(profiles.choose_name(folder, gpu_runner), folder)
+        baked_name = environ.get(profiles.IMAGE_TARGET_ENV, "")
+        baked = load_profile(baked_name, folder) if baked_name in targets.known_targets(folder) else None
+        environment, unset = profiles.environment_for(target, baked, environ)
+    else:
+        target = load_profile(name, folder)
+        # The profile's environment fills in what the caller did not set; the caller's values win.
+        environment = {k: environ.get(k, v) for k, v in target.environment.items()}
+    environment.update(jit_cache.environment(environ))
     argv = assemble(target, environ, extra)
     validate_values(argv)
     _, user_config = read_user_config(argv)
@@ -386,6 +404,7 @@ def plan(
         locked_revisions=locked_revisions(environ),
         secrets=secrets,
         user_config=user_config,
+        unset=unset,
     )
 
 
@@ -620,7 +639,7 @@ def resolve_target(environ: Mapping[str, str], cli_target: str | None) -> str:
     name = cli_target or environ.get("DDTREE_TARGET", "")
     if not name:
         raise UserError(
-            "no target: set DDTREE_TARGET (pro6000 or b300; the image sets it) or pass --target",
+            "no target: set DDTREE_TARGET (pro6000, b300 or auto; the image sets it) or pass --target",
             exit_code=EXIT_CANNOT_RUN,
         )
     return name
@@ -636,10 +655,17 @@ def run(args: argparse.Namespace) -> int:
         print(render_command(launch.command, launch.environment))
         return 0
     preflight(launch, os.environ)
+    cache = jit_cache.prepare(os.environ)
     print(f"ddtree serve: target {launch.target.name}: launching")
+    if cache is not None:
+        print(f"# JIT caches in {cache} (this image's; kept across restarts)")
+    if launch.unset:
+        print(f"# unset (the image's own target's settings): {' '.join(launch.unset)}")
     print(render_command(launch.command, launch.environment))
     sys.stdout.flush()
     sys.stderr.flush()
+    for name in launch.unset:
+        os.environ.pop(name, None)
     command = launch.server_command(write_server_config(launch))
     os.environ.update(launch.environment)
     for name in SECRET_ENV:  # consumed: the server and its workers do not inherit them

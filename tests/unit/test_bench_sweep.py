@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from ddtree import receipt
 from ddtree.bench.client import Client
 from ddtree.bench.prompts import PromptBuilder, ServerTokenizer, resolve_tokenizer
 from ddtree.cli import main
@@ -43,7 +44,12 @@ def sweep_argv(url: str, out: Path, *extra: str) -> list[str]:
 
 
 def generate_calls(server) -> int:
-    return sum(1 for path, _ in server.requests_seen if path == "/generate")
+    """Sweep requests (token ids); the receipt's greedy runs of the fixed text prompt are counted apart."""
+    return sum(1 for path, body in server.requests_seen if path == "/generate" and "input_ids" in body)
+
+
+def greedy_calls(server) -> list[dict]:
+    return [body for path, body in server.requests_seen if path == "/generate" and "text" in body]
 
 
 def test_sweep_writes_results_report_and_plots(tmp_path: Path, capsys) -> None:
@@ -53,7 +59,14 @@ def test_sweep_writes_results_report_and_plots(tmp_path: Path, capsys) -> None:
         assert main(sweep_argv(url, out)) == 0
         # 4 cells x (1 warm-up + 2 rounds) x concurrency
         assert generate_calls(server) == 2 * (3 * 1 + 3 * 4)
-        sent = [body for path, body in server.requests_seen if path == "/generate"]
+        sent = [body for path, body in server.requests_seen if path == "/generate" and "input_ids" in body]
+        greedy = greedy_calls(server)
+    # The receipt: two greedy runs of the fixed prompt, identical output, sealed and complete.
+    assert len(greedy) == receipt.GREEDY_RUNS and greedy[0]["text"] == receipt.PROMPT
+    assert {b["sampling_params"]["temperature"] for b in greedy} == {0.0}
+    document = json.loads((out / "receipt.json").read_text())
+    assert receipt.problems(document) == [] and document["verdict"] == "COMPLETE"
+    assert document["greedy"]["output_sha256"] and document["figures"]["ctx300-conc4"]["ttft_s"]["n"] == 8
     summary = json.loads((out / "results.json").read_text())
     assert summary["schema"] == "ddtree-bench/1" and summary["kind"] == "sweep"
     assert summary["server"]["version"] == "0.5.13.post1"

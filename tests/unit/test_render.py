@@ -290,7 +290,7 @@ def test_compose_services_carry_their_targets_environment() -> None:
         port, target_env = render._target_facts(target)
         assert service["profiles"] == [target]
         assert service["image"].endswith(f":{target}")
-        expected = {"DDTREE_TARGET": target, **dict(target_env)}
+        expected = {"DDTREE_TARGET": f"${{DDTREE_TARGET:-{target}}}", **dict(target_env)}
         assert {k: str(v) for k, v in service["environment"].items()} == expected
         assert service["ports"] == [f"${{DDTREE_HOST_PORT:-{port}}}:{port}"]
 
@@ -307,6 +307,7 @@ def test_compose_fetch_service() -> None:
     assert set(mounts) == {"/models/target", "/models/drafter"}
     assert not any(m.get("read_only") for m in mounts.values())
     assert mounts["/models/target"]["source"].startswith("${MODEL_DIR:?")
+    assert service["user"] == "0"  # writes host folders the image's user 10001 cannot
     from ddtree import cli
 
     parsed = cli.build_parser().parse_args(service["entrypoint"][1:] + service["command"])
@@ -329,6 +330,8 @@ def test_compose_shape() -> None:
         start = service["healthcheck"]["start_period"]
         assert start.endswith("m") and int(start[:-1]) >= 30, "a 600 GB load needs a long start period"
         assert service["restart"] == "unless-stopped"
+        cache = mounts["/var/cache/ddtree-jit"]
+        assert cache["type"] == "volume" and cache["source"] in compose["volumes"]
 
 
 def test_out_naming_a_folder_or_an_impossible_path_is_one_line(tmp_path: Path) -> None:
