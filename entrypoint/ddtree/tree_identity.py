@@ -422,7 +422,8 @@ def _main(argv: list[str] | None = None) -> int:
         print(f"tree_identity: {len(report.problems())} problem(s); {summary}", file=sys.stderr)
         return 1
     if args.action == "write":
-        atomic_write(args.out, json.dumps(report.to_json(), indent=2) + "\n")
+        # 0644: the server runs as the unprivileged user 10001, and selfcheck --full reads it (mkstemp: 0600)
+        atomic_write(args.out, json.dumps(report.to_json(), indent=2) + "\n", mode=0o644)
     print(f"tree_identity: {summary}")
     return 0
 
