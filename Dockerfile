@@ -30,6 +30,9 @@ ARG IMAGE_VERSION=0.1.0
 ARG FREEZE_SHA256=unknown
 # Digest of the patch series (patches/series.yaml and its diffs) as the patch engine computes it.
 ARG PATCHES_SHA256=unknown
+# Whole-tree digest of the patches stage (`ddtree-build image` reads it from a first build of that stage);
+# unknown = take it from /opt/ddtree/tree-identity.json, which the build writes either way.
+ARG TREE_SHA256=unknown
 
 # ===============================================================================================================
 # Stage 1/4: base - CUDA 13.0.88 devel user space and Python 3.12 with a C/C++ toolchain
@@ -115,23 +118,39 @@ RUN site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])
     && python -m ddtree.patchset apply --root "${site}" --series /opt/ddtree/patches/series.yaml \
     && python -m ddtree.patchset verify --root "${site}" --series /opt/ddtree/patches/series.yaml \
     && ln -s "${site}/.ddtree-patchset" /opt/ddtree/patch-manifest
+# Whole-tree identity: every installed file against its wheel's RECORD (patched ones against the manifest),
+# and one digest over site-packages and the ddtree package; `ddtree selfcheck --offline --full` recomputes it.
+RUN python -m ddtree.tree_identity write --out /opt/ddtree/tree-identity.json
 
 # ===============================================================================================================
 # Stage 4/4: runtime - the pro6000 profile, the entrypoint, labels last
 # ===============================================================================================================
 FROM patches AS runtime
 COPY env/ /opt/ddtree/env/
+# DDTREE_JIT_CACHE_DIR: `ddtree serve` keeps the JIT caches there, per image identity (compose mounts a volume).
 ENV DDTREE_ENV_DIR=/opt/ddtree/env \
+    DDTREE_IMAGE_TARGET=pro6000 \
+    DDTREE_JIT_CACHE_DIR=/var/cache/ddtree-jit \
     DDTREE_TARGET=pro6000
 # The pro6000 target's environment (env/targets/pro6000.yaml), sorted; `ddtree serve` applies the same.
 ENV CUDA_DEVICE_ORDER=PCI_BUS_ID \
     NCCL_P2P_DISABLE=1 \
     SGLANG_ENABLE_JIT_DEEPGEMM=0 \
     TORCH_CUDA_ARCH_LIST=12.0
+# The server runs as an unprivileged user: it needs no privilege, and a root process that is broken into owns
+# the container. The NVIDIA runtime makes the GPU device nodes usable by any user, /dev/shm is world-writable,
+# and the weights are mounted read-only and must be world-readable (Hugging Face downloads are: 0644 files,
+# 0755 folders). HOME holds what SGLang, Triton and flashinfer's JIT cache; bench output lands in WORKDIR.
+# Weights readable by root alone: fix their modes on the host, or run with `--user 0` (compose: user: "0").
+# The JIT cache folder belongs to the user too: a fresh named volume mounted there takes its owner and mode.
+RUN groupadd --gid 10001 ddtree \
+    && useradd --uid 10001 --gid 10001 --create-home --home-dir /home/ddtree --shell /usr/sbin/nologin ddtree \
+    && install -d -o 10001 -g 10001 -m 0755 /var/cache/ddtree-jit
+ENV HOME=/home/ddtree
 # CycloneDX SBOM (ddtree-build image writes it from the lock, the base, the patch series and env/weights.yaml;
 # it names the image version, so this small layer changes per commit); `ddtree selfcheck --offline` summarises it.
 COPY build-inputs/sbom.cdx.json /opt/ddtree/sbom.cdx.json
-WORKDIR /opt/ddtree
+WORKDIR /home/ddtree
 EXPOSE 30000
 ENTRYPOINT ["ddtree", "serve"]
 
@@ -141,11 +160,16 @@ ARG VCS_REF
 ARG IMAGE_VERSION
 ARG FREEZE_SHA256
 ARG PATCHES_SHA256
+ARG TREE_SHA256
 ARG BASE_IMAGE
 ARG BASE_DIGEST
 # The same labels as JSON inside the image, for `ddtree selfcheck` (a container cannot read its own labels).
-# This tiny layer, the SBOM copy and the LABEL below are the only ones that change from commit to commit.
-RUN python -c 'import json, sys; a = sys.argv[1:]; print(json.dumps(dict(zip(a[::2], a[1::2])), indent=2))' \
+# This tiny layer, the SBOM copy and the LABEL below are the only ones that change from commit to commit. The
+# tree digest is the one the patches stage wrote; a TREE_SHA256 given that differs from it fails the build.
+RUN python -c 'import json, sys; a = sys.argv[1:]; d = dict(zip(a[::2], a[1::2])); k = "io.ddtree.tree.sha256"; \
+        t = json.load(open("/opt/ddtree/tree-identity.json"))["digest"]; \
+        sys.exit(f"TREE_SHA256 {d[k]} is not this tree ({t})") if d[k] not in ("unknown", t) else None; \
+        d[k] = t; print(json.dumps(d, indent=2))' \
         "org.opencontainers.image.title" "ddtree-pro6000" \
         "org.opencontainers.image.description" "Kimi K2.6 on SGLang 0.5.13.post1 with DFlash + DDTree, target pro6000" \
         "org.opencontainers.image.created" "${IMAGE_CREATED}" \
@@ -157,12 +181,15 @@ RUN python -c 'import json, sys; a = sys.argv[1:]; print(json.dumps(dict(zip(a[:
         "io.ddtree.source-date-epoch" "${SOURCE_DATE_EPOCH}" \
         "io.ddtree.freeze.sha256" "${FREEZE_SHA256}" \
         "io.ddtree.patches.sha256" "${PATCHES_SHA256}" \
+        "io.ddtree.tree.sha256" "${TREE_SHA256}" \
         "io.ddtree.sglang.version" "0.5.13.post1" \
         "io.ddtree.python.version" "3.12" \
         "io.ddtree.cuda.version" "13.0.88" \
         "io.ddtree.base" "nvidia" \
         "io.ddtree.target" "pro6000" \
         > /opt/ddtree/image-labels.json
+# From here on the unprivileged user `ddtree` (created above; numeric, so the host and Kubernetes see non-root).
+USER 10001:10001
 # Labels last: the per-commit values above invalidate nothing but this metadata.
 LABEL org.opencontainers.image.title="ddtree-pro6000" \
       org.opencontainers.image.description="Kimi K2.6 on SGLang 0.5.13.post1 with DFlash + DDTree, target pro6000" \
@@ -175,6 +202,7 @@ LABEL org.opencontainers.image.title="ddtree-pro6000" \
       io.ddtree.source-date-epoch="${SOURCE_DATE_EPOCH}" \
       io.ddtree.freeze.sha256="${FREEZE_SHA256}" \
       io.ddtree.patches.sha256="${PATCHES_SHA256}" \
+      io.ddtree.tree.sha256="${TREE_SHA256}" \
       io.ddtree.sglang.version="0.5.13.post1" \
       io.ddtree.python.version="3.12" \
       io.ddtree.cuda.version="13.0.88" \

@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-from ddtree.errors import run_command
+from ddtree.errors import run_cli
 
 from ddtree_build import __version__
 
@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_command("ddtree-build", build_parser().parse_args(argv))
+    return run_cli("ddtree-build", build_parser, argv)
 
 
 if __name__ == "__main__":

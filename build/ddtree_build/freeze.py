@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddtree.errors import UserError
-from ddtree.fsutil import atomic_write
+from ddtree.fsutil import atomic_write, read_text
 from ddtree.lockfile import Pin, parse_pins
 
 from ddtree_build import paths, resolver
@@ -60,10 +60,7 @@ def read_header(text: str) -> dict[str, str]:
 def read_freeze(path: Path | None = None) -> Freeze:
     """Parse a freeze file with the strict pin rules of ddtree.lockfile."""
     path = Path(path or paths.ENV_DIR / FREEZE_NAME)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise UserError(f"{path}: not found; run `ddtree-build freeze` or `ddtree-build import`") from exc
+    text = read_text(path, "not found; run `ddtree-build freeze` or `ddtree-build import`")
     pins = parse_pins(text, str(path))
     if not pins:
         raise UserError(f"{path}: no pins; a freeze lists one NAME==VERSION a line")

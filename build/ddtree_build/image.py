@@ -40,6 +40,9 @@ OVERRIDE_LOCK = "build-inputs/requirements.lock"
 # The CycloneDX SBOM in the context (sbom.py); the Dockerfile copies it to /opt/ddtree/sbom.cdx.json.
 SBOM_CONTEXT = "build-inputs/sbom.cdx.json"
 LABEL_PREFIXES: tuple[str, ...] = ("org.opencontainers.image.", "io.ddtree.")
+# The Dockerfile stage that writes the whole-tree identity, and where (ddtree.tree_identity.IDENTITY_FILE).
+TREE_STAGE = "patches"
+TREE_FILE = "/opt/ddtree/tree-identity.json"
 
 
 @dataclass
@@ -257,6 +260,9 @@ def build(
         start = time.monotonic()
         token = hf_token if hf_token is not None else os.environ.get("HF_TOKEN")
         with build_secrets(token, ca_bundle) as secrets:
+            build_args["TREE_SHA256"] = tree_digest_of_stage(
+                folder, dockerfile, build_args, secrets, log, f"{name}:{target}-tree-stage", no_cache
+            )
             engine.build_image(
                 folder,
                 tags[0],
@@ -309,6 +315,64 @@ def write_image_sbom(
         weights_lock=folder / "env" / "weights.yaml",
     )
     sbom.write_sbom(inputs, folder / SBOM_CONTEXT, kept)
+
+
+def tree_digest_of_stage(
+    folder: Path,
+    dockerfile: Path,
+    build_args: dict[str, str],
+    secrets: dict[str, Path],
+    log: Path | None,
+    stage_tag: str,
+    no_cache: bool,
+) -> str:
+    """Build the `patches` stage, read the tree digest it wrote, and drop the stage's tag.
+
+    The digest depends on what pip and the patch engine put on disk, so only the build knows it; building
+    that stage first (the full build then reuses it from the cache) lets the final LABEL carry it."""
+    iid_file = folder / "stage-id"
+    stage_log = log.with_name(log.name + ".tree-stage") if log else None
+    engine.build_image(
+        folder,
+        stage_tag,
+        dockerfile=dockerfile,
+        build_args=build_args,
+        secrets=secrets,
+        log=stage_log,
+        extra_args=[
+            "--target",
+            TREE_STAGE,
+            "--iidfile",
+            str(iid_file),
+            *(["--no-cache"] if no_cache else []),
+        ],
+    )
+    client = engine.docker_cli()
+    done = subprocess.run(
+        [
+            client,
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--entrypoint",
+            "cat",
+            iid_file.read_text().strip(),
+            TREE_FILE,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    subprocess.run([client, "image", "rm", stage_tag], capture_output=True, check=False)
+    if done.returncode != 0:
+        raise UserError(f"reading {TREE_FILE} from the {TREE_STAGE} stage failed: {one_line(done.stderr)}")
+    try:
+        return str(json.loads(done.stdout)["digest"])
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise UserError(
+            f"{TREE_FILE} in the {TREE_STAGE} stage has no digest ({exc}); see the build log"
+        ) from exc
 
 
 def summary(result: ImageResult) -> str:

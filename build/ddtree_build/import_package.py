@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shlex
 import shutil
 import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -40,7 +41,7 @@ from ddtree.yamlfile import load_yaml
 
 from ddtree_build import paths, pristine
 from ddtree_build.freeze import render_freeze
-from ddtree_build.package_manifest import check_manifest
+from ddtree_build.package_manifest import check_manifest, copy_listed
 
 if TYPE_CHECKING:
     from ddtree.patchset import udiff
@@ -89,6 +90,7 @@ _DEF = re.compile(rb"^\s*(?:async\s+)?(?:def|class)\s+([A-Za-z_]\w*)")
 class ImportReport:
     written: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # things in the package not trusted (printed first)
 
 
 # ---- the systemd unit -> target server arguments -------------------------------------------------------
@@ -338,7 +340,65 @@ def import_results(pkg: Path, out_path: Path) -> dict[str, Any] | None:
     return data
 
 
-# ---- diffs -> patch series -----------------------------------------------------------------------------
+# ---- diffs + full files -> patch series -------------------------------------------------------------
+#
+# The original team made its package on the serving host: `diff -u /root/x.py.bak /usr/local/lib/python3.12/
+# dist-packages/sglang/.../x.py` (absolute paths, no a/ b/, backups that may already hold earlier edits) and
+# copies of the files that ran in patches/full/. So the full files are the truth: each is diffed against the
+# pristine wheel to make the series; the team's diffs name the files, group and order them, and are checked
+# against the full files (a hunk whose result is not in the file that ran is reported, never trusted).
+
+SITE_DIRS = ("site-packages", "dist-packages")
+
+
+def package_path(name: str) -> str | None:
+    """`name` relative to site-packages: after the last site-packages/dist-packages folder (diff -u on the
+    host), after a/ or b/ (git, capture), or from a `sglang/` folder on; None when it says neither."""
+    parts = PurePosixPath(name).parts
+    rest: tuple[str, ...] = ()
+    hits = [i for i, part in enumerate(parts) if part in SITE_DIRS]
+    if hits:
+        rest = parts[hits[-1] + 1 :]
+    elif len(parts) > 1 and parts[0] in ("a", "b"):
+        rest = parts[1:]
+    elif DISTRIBUTION in parts:
+        rest = parts[parts.index(DISTRIBUTION) :]
+    if not rest or ".." in rest or rest[0] == "/":
+        return None
+    return "/".join(rest)
+
+
+def _header_name(line: bytes) -> str:
+    return line[4:].decode("utf-8", "surrogateescape").rstrip("\n").split("\t", 1)[0].strip()
+
+
+def normalize_diff(data: bytes, origin: str) -> bytes:
+    """The team's diff with package-relative a/ b/ headers (the patch engine's form). The old name is a
+    backup (`/root/x.py.bak`) and is only read for /dev/null (a new file); the new name says where."""
+    from ddtree.patchset import udiff
+
+    lines = udiff.split_lines(data)
+    out: list[bytes] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith(b"--- ") and i + 1 < len(lines) and lines[i + 1].startswith(b"+++ "):
+            old, new = _header_name(line), _header_name(lines[i + 1])
+            if new == udiff.DEV_NULL:
+                raise UserError(f"{origin} line {i + 2}: deletes {old}; the series has no deletions")
+            rel = package_path(new)
+            if rel is None:
+                raise UserError(
+                    f"{origin} line {i + 2}: cannot tell where {new!r} is in site-packages; the new name "
+                    f"must pass through site-packages/ or dist-packages/, start b/ or hold {DISTRIBUTION}/"
+                )
+            out.append(b"--- /dev/null\n" if old == udiff.DEV_NULL else f"--- a/{rel}\n".encode())
+            out.append(f"+++ b/{rel}\n".encode())
+            i += 2
+            continue
+        out.append(line)
+        i += 1
+    return b"".join(out)
 
 
 def _patch_id(name: str, taken: set[str]) -> str:
@@ -363,80 +423,183 @@ def _signatures(file_patch: udiff.FilePatch) -> list[str]:
     return list(names)
 
 
-def import_patches(pkg: Path, version: str, series_path: Path) -> tuple[Series, dict[str, bytes], list[str]]:
-    """(series with hashes, {diff name: bytes}, notes); patches/full/ is checked against the result."""
-    from ddtree.patchset import udiff
-    from ddtree.patchset.series import FileSpec, Patch, Series
+def full_files(pkg: Path, targets: set[str], wheel_names: list[str]) -> dict[str, tuple[str, bytes]]:
+    """{site-packages path: (name in the package, bytes)} of patches/full/. Three layouts: the tree
+    (patches/full/sglang/...), the host's absolute path (patches/full/usr/.../dist-packages/sglang/...), or
+    flat (patches/full/x.py: the one file of that name the diffs change, else the one in the wheel)."""
+    folder = pkg / "patches" / "full"
+    found: dict[str, tuple[str, bytes]] = {}
+    for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
+        if not path.is_file():
+            continue
+        shown = path.relative_to(pkg).as_posix()
+        inner = path.relative_to(folder).as_posix()
+        rel = package_path(inner) if "/" in inner else None
+        rel = rel or _by_basename(path.name, targets, wheel_names, shown)
+        if rel in found:
+            raise UserError(f"{pkg.name}: {shown} and {found[rel][0]} are both {rel}; keep the one that ran")
+        found[rel] = (shown, path.read_bytes())
+    return found
 
-    diffs = sorted((pkg / "patches" / "diffs").glob("*.diff")) + sorted(
-        (pkg / "patches" / "diffs").glob("*.patch")
+
+def _by_basename(name: str, targets: set[str], wheel_names: list[str], shown: str) -> str:
+    for pool, what in (
+        (targets, "the diffs change"),
+        (wheel_names, f"the pristine {DISTRIBUTION} wheel has"),
+    ):
+        hits = sorted(t for t in pool if PurePosixPath(t).name == name)
+        if len(hits) == 1:
+            return hits[0]
+        if hits:
+            raise UserError(
+                f"{shown}: {len(hits)} files {what} are called {name} ({', '.join(hits[:3])}); put it under "
+                f"its path, e.g. patches/full/{hits[0]}"
+            )
+    raise UserError(
+        f"{shown}: no file the diffs change and none in the pristine {DISTRIBUTION} wheel is called {name}; "
+        f"put it under its site-packages path (patches/full/{DISTRIBUTION}/...)"
     )
+
+
+def _show_line(line: bytes, width: int = 60) -> str:
+    text = line.decode("utf-8", "replace").strip()
+    return repr(text if len(text) <= width else text[:width] + "...")
+
+
+def _final_contents(
+    pkg: Path, team: list[tuple[str, list[udiff.FilePatch]]], full: dict[str, tuple[str, bytes]], read
+) -> tuple[dict[str, bytes], list[str], list[str]]:
+    """({path: the file that ran}, notes, warnings). A full copy wins; a file without one is its diffs
+    applied strictly, in order, to the pristine file (an error when they do not apply)."""
+    from ddtree.patchset import udiff
+
+    chains: dict[str, list[tuple[str, udiff.FilePatch]]] = {}
+    for name, file_patches in team:
+        for fp in file_patches:
+            chains.setdefault(fp.path, []).append((name, fp))
+    finals: dict[str, bytes] = {}
+    notes: list[str] = []
+    warnings: list[str] = []
+    for path in sorted(set(chains) | set(full)):
+        pristine_data = read(path)
+        chain = chains.get(path, [])
+        if path not in full:
+            data = pristine_data
+            for name, fp in chain:
+                data = udiff.apply_file(data, fp, f"{pkg.name}/patches/diffs/{name}")
+            notes.append(f"{path}: no copy in patches/full/; its diffs applied to the pristine wheel's file")
+            finals[path] = data or b""
+            continue
+        shown, data = full[path]
+        finals[path] = data
+        ran = set(udiff.split_lines(data))
+        for index, (name, fp) in enumerate(chain):
+            # Lines a later diff of this file takes out again are not expected in the file that ran.
+            later = {text for _, later_fp in chain[index + 1 :] for h in later_fp.hunks
+                     for tag, text in h.lines if tag == b"-"}  # fmt: skip
+            for number, hunk in enumerate(fp.hunks, 1):
+                lost = [
+                    text for tag, text in hunk.lines if tag == b"+" and text not in ran and text not in later
+                ]
+                if lost:
+                    warnings.append(
+                        f"patches/diffs/{name}: hunk {number} of {path} (diff line {hunk.header_line}) adds "
+                        f"{_show_line(lost[0])}, which {shown} does not have: this diff disagrees with the "
+                        "file that ran; not trusted, the series uses the full file"
+                    )
+        replay = pristine_data
+        for name, fp in chain:
+            try:
+                replay = udiff.apply_file(replay, fp, f"patches/diffs/{name}")
+            except udiff.HunkError as exc:
+                notes.append(
+                    f"{path}: patches/diffs/{name} does not apply to the pristine file plus the diffs before "
+                    f"it ({exc.kind}): made against a backup that held other edits; the series is {shown} "
+                    "against the pristine wheel"
+                )
+                break
+        else:
+            if chain and replay != data:
+                notes.append(f"{path}: {shown} holds edits no diff records; the series includes them")
+    return finals, notes, warnings
+
+
+def import_patches(
+    pkg: Path, version: str, series_path: Path
+) -> tuple[Series, dict[str, bytes], list[str], list[str]]:
+    """(series with hashes, {diff name: bytes}, notes, warnings): one patch per team diff, in order, holding
+    the files it is the first to change, each diffed from the pristine wheel to its patches/full/ copy;
+    full files no diff names follow, one patch each."""
+    from ddtree.patchset import udiff
+    from ddtree.patchset.series import NEW, FileSpec, Patch, Series
+
+    folder = pkg / "patches" / "diffs"
+    paths = sorted([*folder.glob("*.diff"), *folder.glob("*.patch")]) if folder.is_dir() else []
+    team = []
+    for path in paths:
+        where = f"{pkg.name}/patches/diffs/{path.name}"
+        team.append((path.name, udiff.parse(normalize_diff(path.read_bytes(), where), where)))
     series = Series(path=series_path, distribution=DISTRIBUTION, version=version, patches=[])
+    if not team and not (pkg / "patches" / "full").is_dir():
+        return series, {}, [f"{pkg.name}/patches: no diffs and no full files; the series is empty"], []
+    reader = pristine.WheelReader(pristine.ensure_wheel(DISTRIBUTION, version))
+    try:
+        targets = {fp.path for _, fps in team for fp in fps}
+        wheel_names = [n for n in reader.names() if n.startswith(f"{DISTRIBUTION}/")]
+        full = full_files(pkg, targets, wheel_names)
+        finals, notes, warnings = _final_contents(pkg, team, full, reader.read)
+        pristine_of = {path: reader.read(path) for path in finals}
+    finally:
+        reader.close()
+
+    groups: list[tuple[str, str, list[str]]] = []
+    claimed: set[str] = set()
+    for name, fps in team:
+        mine = [fp.path for fp in fps if fp.path not in claimed]
+        claimed.update(mine)
+        if mine:
+            groups.append((name, f"imported from {pkg.name}/patches/diffs/{name} (files as they ran)", mine))
+        else:
+            notes.append(
+                f"patches/diffs/{name}: its files are in an earlier patch (made from the full files)"
+            )
+    for path in sorted(set(full) - claimed):
+        groups.append(
+            (f"full-{path.replace('/', '-')}.diff", f"imported from {pkg.name}/{full[path][0]}", [path])
+        )
+        notes.append(f"{full[path][0]}: no diff names it; a patch of its own")
+
     taken: set[str] = set()
     raw: dict[str, bytes] = {}
-    for path in diffs:
-        data = path.read_bytes()
-        file_patches = udiff.parse(data, str(path))
+    for diff_name, purpose, group in groups:
+        changed = [path for path in group if finals[path] != pristine_of[path]]
+        notes += [f"{path}: the file that ran is the pristine one; nothing to patch" for path in group
+                  if path not in changed]  # fmt: skip
+        if not changed:
+            continue
+        data = b"".join(udiff.make_file_diff(path, pristine_of[path], finals[path]) for path in changed)
+        file_patches = udiff.parse(data, diff_name)
+        files = [
+            FileSpec(
+                fp.path,
+                NEW if pristine_of[fp.path] is None else sha256_bytes(pristine_of[fp.path] or b""),
+                sha256_bytes(finals[fp.path]),
+                _signatures(fp),
+            )
+            for fp in file_patches
+        ]
         series.patches.append(
             Patch(
-                id=_patch_id(path.name, taken),
-                purpose=f"imported from {pkg.name}/patches/diffs/{path.name}",
-                diff=path.name,
-                files=[FileSpec(fp.path, None, None, _signatures(fp)) for fp in file_patches],
+                _patch_id(diff_name, taken),
+                purpose,
+                diff_name,
+                files,
                 diff_bytes=data,
                 file_patches=file_patches,
             )
         )
-        raw[path.name] = data
-    if not diffs:
-        return series, raw, [f"{pkg.name}/patches/diffs: no diffs; the series is empty"]
-    reader = pristine.WheelReader(pristine.ensure_wheel(DISTRIBUTION, version))
-    try:
-        finals = _apply_and_hash(series, reader.read, pkg)
-    finally:
-        reader.close()
-    return series, raw, _check_full(pkg, finals)
-
-
-def _apply_and_hash(series: Series, read, pkg: Path) -> dict[str, bytes]:
-    """Apply the diffs strictly, in order, to the pristine files; fill in pre/post; return final contents.
-    The walk is the patch engine's FileChain (as in simulate and patches refresh); a failure raises here."""
-    from ddtree.patchset import udiff
-    from ddtree.patchset.engine import FileChain
-    from ddtree.patchset.series import NEW
-
-    chain = FileChain(read)
-    for patch in series.patches:
-        where = f"{pkg.name}/patches/diffs/{patch.diff}"
-        for fp, old in chain.files(patch):
-            if old is None and not fp.is_new:
-                raise UserError(
-                    f"{where}: {fp.path} is not in the pristine {DISTRIBUTION} {series.version} wheel"
-                )
-            new = udiff.apply_file(old, fp, where)
-            spec = patch.spec(fp.path)
-            spec.pre = NEW if old is None else sha256_bytes(old)
-            spec.post = sha256_bytes(new)
-            chain.contents[fp.path] = new
-    return {path: data for path, data in chain.contents.items() if data is not None}
-
-
-def _check_full(pkg: Path, finals: dict[str, bytes]) -> list[str]:
-    """patches/full/ (the team's copies of the patched files) must equal pristine + diffs."""
-    full = pkg / "patches" / "full"
-    if not full.is_dir():
-        return [f"{pkg.name}/patches/full: absent; nothing to cross-check the diffs with"]
-    present = {p.relative_to(full).as_posix() for p in full.rglob("*") if p.is_file()}
-    problems = [f"patches/full/{rel}: no diff changes this file" for rel in sorted(present - set(finals))]
-    problems += [f"patches/full/{rel}: missing" for rel in sorted(set(finals) - present)]
-    problems += [
-        f"patches/full/{rel}: differs from the pristine file + diffs"
-        for rel in sorted(present & set(finals))
-        if (full / rel).read_bytes() != finals[rel]
-    ]
-    if problems:
-        raise UserError(f"{pkg.name}: full files and diffs disagree: {'; '.join(problems)}")
-    return []
+        raw[diff_name] = data
+    return series, raw, notes, warnings
 
 
 # ---- the command ---------------------------------------------------------------------------------------
@@ -462,8 +625,9 @@ def build_import(pkg: Path, staging: Path, target: str | None, targets_dir: Path
     facts = system_facts(pkg)
     atomic_write(env / "system-captured.yaml", yaml.safe_dump(facts, sort_keys=False), mode=0o644)
 
-    series, raw, notes = import_patches(pkg, version, staging / "patches" / "series.yaml")
+    series, raw, notes, warnings = import_patches(pkg, version, staging / "patches" / "series.yaml")
     report.notes += notes
+    report.warnings += warnings
     for name, data in raw.items():
         atomic_write(staging / "patches" / name, data, mode=0o644)
     atomic_write(series.path, series_mod.dump(series), mode=0o644)
@@ -534,6 +698,8 @@ def _drafter_note(pkg: Path) -> list[str]:
 def run_import(
     pkg: Path, out: Path | None, force: bool, target: str | None, targets_dir: Path
 ) -> ImportReport:
+    """Check the manifest, copy exactly the listed files into a private snapshot, convert the snapshot,
+    and swap the result into `out` at the end: an error or Ctrl-C at any point leaves `out` as it was."""
     pkg = Path(pkg)
     if not pkg.is_dir():
         raise UserError(f"{pkg}: not a folder; give the reproduction package's folder")
@@ -547,41 +713,96 @@ def run_import(
             )
         out = paths.REPO_ROOT
     out = Path(out)
-    fresh = not out.exists() or (out.is_dir() and not any(out.iterdir()))
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: is a file; give a folder")
+    fresh = not out.exists() or not any(out.iterdir())
     if not fresh and not force:
         raise UserError(f"--out {out}: exists and is not empty; give a new folder or add --force")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".ddtree-import-", dir=out.parent))
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".ddtree-import-", dir=out))
+    snapshot = staging / "package" / pkg.name
     try:
-        report = build_import(pkg, staging, target, targets_dir)
-        _place(staging, out, report)
-    finally:
+        copy_listed(pkg, snapshot)
+        try:
+            report = build_import(snapshot, staging / "result", target, targets_dir)
+        except UserError as exc:  # name the user's package, not the private snapshot
+            raise UserError(str(exc).replace(str(snapshot), str(pkg)), exc.exit_code) from exc
+        _place(staging / "result", out, report)
+    except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
     return report
 
 
-def _place(staging: Path, out: Path, report: ImportReport) -> None:
-    """Move the staged files into `out`; replaced series diffs that the new series no longer names go."""
+def _place(result: Path, out: Path, report: ImportReport) -> None:
+    """Build the complete new env/ and patches/ beside the old ones (old content + the import; series diffs
+    the new series no longer names dropped), then rename them in with signals held off: `out` ends as it
+    was or as imported, never in between."""
     old_series = out / "patches" / "series.yaml"
     old_diffs: set[str] = set()
     if old_series.is_file():
         data = load_yaml(old_series) or {}
         old_diffs = {str(p.get("diff")) for p in data.get("patches") or [] if isinstance(p, dict)}
-    for path in sorted(staging.rglob("*")):
-        if path.is_file():
-            rel = path.relative_to(staging)
-            atomic_write(out / rel, path.read_bytes(), mode=0o644)
-            report.written.append(rel.as_posix())
-    new_diffs = {
-        Path(rel).name
-        for rel in report.written
-        if rel.startswith("patches/") and rel.endswith((".diff", ".patch"))
-    }
-    for name in sorted(old_diffs - new_diffs):
-        stale = out / "patches" / name
-        if stale.is_file():
-            stale.unlink()
-            report.notes.append(f"removed patches/{name} (not in the imported series)")
+    merged: dict[str, Path] = {}
+    for top in sorted(p.name for p in result.iterdir() if p.is_dir()):
+        folder = Path(tempfile.mkdtemp(prefix=f".{top}.new-", dir=result.parent))
+        current = out / top
+        if current.is_dir():
+            shutil.copytree(current, folder, symlinks=True, dirs_exist_ok=True)
+        os.chmod(folder, 0o755)
+        for path in sorted((result / top).rglob("*")):
+            if path.is_file():
+                rel = path.relative_to(result)
+                target = folder / path.relative_to(result / top)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target)
+                os.chmod(target, 0o644)
+                report.written.append(rel.as_posix())
+        merged[top] = folder
+    new_diffs = {Path(rel).name for rel in report.written if rel.startswith("patches/")}
+    if "patches" in merged:
+        for name in sorted(old_diffs - new_diffs):
+            stale = merged["patches"] / name
+            if stale.is_file():
+                stale.unlink()
+                report.notes.append(f"removed patches/{name} (not in the imported series)")
+    swap_folders(out, merged)
+
+
+def swap_folders(out: Path, merged: dict[str, Path]) -> None:
+    """Rename each merged folder over out/NAME (the old one moved aside, then removed). SIGINT/SIGTERM are
+    held during the renames; a failing rename puts back what was already swapped."""
+    import signal
+
+    held = {signal.SIGINT, signal.SIGTERM}
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    done: list[tuple[Path, Path | None]] = []
+    try:
+        try:
+            for top, folder in merged.items():
+                current = out / top
+                aside = None
+                if current.exists():
+                    aside = folder.with_name(f".{top}.old-{folder.name.rsplit('-', 1)[-1]}")
+                    os.rename(current, aside)
+                done.append((current, aside))
+                os.rename(folder, current)
+        except BaseException:
+            for current, aside in reversed(done):
+                if current.exists() and aside is not None:
+                    shutil.rmtree(current, ignore_errors=True)
+                if aside is not None:
+                    os.rename(aside, current)
+            raise
+        for _, aside in done:
+            if aside is not None:
+                shutil.rmtree(aside, ignore_errors=True)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
@@ -592,6 +813,8 @@ def _cmd_import(args: argparse.Namespace) -> int:
         args.target,
         Path(args.targets_dir),
     )
+    for warning in report.warnings:
+        print(f"warning: {warning}")
     print(f"imported {args.package}: {len(report.written)} file(s) written")
     for rel in report.written:
         print(f"  {rel}")

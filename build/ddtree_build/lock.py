@@ -221,6 +221,7 @@ def _cmd_lock(args: argparse.Namespace) -> int:
     env_dir = Path(args.env_dir)
     freeze_path = Path(args.freeze) if args.freeze else env_dir / FREEZE_NAME
     chosen = _selected(load_profiles(env_dir), args.profile)
+    read_freeze(freeze_path)  # inputs before work: a missing or bad freeze is one line, in both modes
     if args.check:
         problems = [line for profile in chosen for line in check_lock(profile, env_dir, freeze_path)]
         for line in problems:

@@ -6,7 +6,9 @@ Format: one `<64 hex>  <relative posix path>` line per file, sorted, the manifes
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,15 +20,44 @@ _LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
 
 
 def package_files(root: Path) -> list[str]:
-    """Every regular file under root (posix relative paths), the manifest excluded, sorted."""
+    """Every file under root (posix relative paths), the manifest excluded, sorted. Links are followed
+    only while they stay inside the package: one that leaves it (or points nowhere) is a UserError naming
+    the link and its target, so nothing outside the package can be hashed, listed or imported."""
     root = Path(root)
-    files = []
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and not path.is_symlink():
+    real_root = root.resolve()
+    files: list[str] = []
+    seen: set[Path] = set()
+    for folder, dirnames, filenames in os.walk(root, followlinks=True):
+        here = Path(folder)
+        resolved = here.resolve()
+        _inside(here, resolved, real_root, root)
+        if resolved in seen:  # a link back to a folder already walked
+            dirnames.clear()
+            continue
+        seen.add(resolved)
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = here / name
+            if path.is_symlink():
+                _inside(path, path.resolve(), real_root, root)
+                if not path.exists():
+                    raise UserError(
+                        f"{path}: a link to {os.path.realpath(path)}, which does not exist; remove it"
+                    )
+            if not path.is_file():
+                raise UserError(f"{path}: not a regular file (a broken link, a socket, a device?); remove it")
             rel = path.relative_to(root).as_posix()
             if rel != MANIFEST_NAME:
                 files.append(rel)
-    return files
+    return sorted(files)
+
+
+def _inside(path: Path, resolved: Path, real_root: Path, root: Path) -> None:
+    if resolved != real_root and real_root not in resolved.parents:
+        raise UserError(
+            f"{path}: a link to {os.path.realpath(path)}, outside the package {root}; a package holds its "
+            "files itself: replace the link with the file"
+        )
 
 
 def write_manifest(root: Path) -> Path:
@@ -88,3 +119,16 @@ def check_manifest(root: Path) -> ManifestReport:
         rel for rel in set(listed) & present if sha256_file(Path(root) / rel) != listed[rel]
     )
     return report
+
+
+def copy_listed(root: Path, dest: Path) -> None:
+    """Copy exactly the files MANIFEST.sha256 lists into `dest`, re-hashing each copy: what is imported is
+    what was checked, even if the package changes meanwhile; a file it does not list is never read."""
+    root, dest = Path(root), Path(dest)
+    for rel, digest in read_manifest(root).items():
+        source, target = root / rel, dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        if sha256_file(target) != digest:
+            raise UserError(f"{source}: changed while it was imported (sha256 differs from the manifest)")
+    shutil.copyfile(root / MANIFEST_NAME, dest / MANIFEST_NAME)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from ddtree.fsutil import atomic_write
+from ddtree.fsutil import atomic_write, read_text
 
 from ddtree_build.errors import UserError
 from ddtree_build.paths import ENV_DIR, REPO_ROOT, TEMPLATES_DIR
@@ -90,6 +90,7 @@ def label_pairs(ctx: RenderContext) -> tuple[tuple[str, str], ...]:
         ("io.ddtree.source-date-epoch", "${SOURCE_DATE_EPOCH}"),
         ("io.ddtree.freeze.sha256", "${FREEZE_SHA256}"),
         ("io.ddtree.patches.sha256", "${PATCHES_SHA256}"),
+        ("io.ddtree.tree.sha256", "${TREE_SHA256}"),
         ("io.ddtree.sglang.version", ctx.sglang_version),
         ("io.ddtree.python.version", ctx.python_version),
         ("io.ddtree.cuda.version", ctx.cuda_version),
@@ -275,10 +276,7 @@ def render(target: str = DEFAULT_TARGET, base: str = DEFAULT_BASE) -> str:
 
 def check_file(path: Path, fresh: str) -> list[str]:
     """Unified diff lines between `path` and a fresh render; empty when they agree."""
-    try:
-        current = path.read_text()
-    except FileNotFoundError:
-        current = ""
+    current = read_text(path) if path.exists() else ""
     if current == fresh:
         return []
     return list(

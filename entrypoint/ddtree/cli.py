@@ -7,10 +7,18 @@ import importlib
 import sys
 
 from ddtree import __version__
-from ddtree.errors import run_command
+from ddtree.errors import run_cli
 
 # Each entry is a module under ddtree with a `register(subparsers)` function.
-COMMAND_MODULES: tuple[str, ...] = ("selfcheck", "serve", "router_cmd", "bench_cmd", "weights")
+COMMAND_MODULES: tuple[str, ...] = (
+    "selfcheck",
+    "serve",
+    "router_cmd",
+    "bench_cmd",
+    "weights",
+    "receipt",
+    "profiles",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_command("ddtree", build_parser().parse_args(argv))
+    return run_cli("ddtree", build_parser, argv)
 
 
 if __name__ == "__main__":

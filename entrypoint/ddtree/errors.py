@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # argparse only for the annotation: importing errors stays free
     import argparse
+    from collections.abc import Callable
 
 
 class UserError(Exception):
@@ -26,5 +27,19 @@ def run_command(prog: str, args: argparse.Namespace) -> int:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+        return interrupted(prog)
+
+
+def run_cli(prog: str, build_parser: Callable[[], argparse.ArgumentParser], argv: list[str] | None) -> int:
+    """A CLI's whole life, start-up included: building the parser imports every command module (most of
+    the start-up time), so Ctrl-C there is the same one line and 130 as Ctrl-C in the command."""
+    try:
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:
+        return interrupted(prog)
+    return run_command(prog, args)
+
+
+def interrupted(prog: str) -> int:
+    print(f"{prog}: interrupted", file=sys.stderr)
+    return 130

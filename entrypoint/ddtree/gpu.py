@@ -84,12 +84,23 @@ def check_gpus(
     runner: Runner = run_nvidia_smi,
     allow_arch_mismatch: bool | None = None,
 ) -> list[Gpu]:
-    """Enough GPUs for TP, the target's architecture (unless overridden), a CUDA 13 driver."""
+    """Enough GPUs for TP (a positive divisor of the visible count), the target's architecture (unless
+    overridden), a CUDA 13 driver."""
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise UserError(
+            f"tensor parallel size {tp!r} is not a positive integer: set DDTREE_TP (8 as measured)"
+        )
     gpus = query_gpus(runner)
     if len(gpus) < tp:
         raise UserError(
             f"too few GPUs: {len(gpus)} visible, tensor parallel size is {tp}; expose all GPUs "
             "(--gpus all, CUDA_VISIBLE_DEVICES/NVIDIA_VISIBLE_DEVICES) or lower --tp-size"
+        )
+    if len(gpus) % tp:
+        fits = [n for n in range(1, len(gpus) + 1) if len(gpus) % n == 0]
+        raise UserError(
+            f"tensor parallel size {tp} does not divide the {len(gpus)} visible GPUs: set DDTREE_TP to one "
+            f"of {', '.join(map(str, fits))}, or expose a multiple of {tp} GPUs (NVIDIA_VISIBLE_DEVICES)"
         )
     if allow_arch_mismatch is None:
         allow_arch_mismatch = os.environ.get(ARCH_OVERRIDE_ENV, "") == "1"

@@ -26,9 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddtree import receipt
 from ddtree import reference as reference_mod
 from ddtree.bench.client import Client, GenerationRequest, RequestResult
-from ddtree.bench.serverinfo import fetch_server_info
+from ddtree.bench.serverinfo import server_info_answer, server_settings
+from ddtree.bench.stats import describe
 from ddtree.errors import UserError
 from ddtree.router import list_replicas
 from ddtree.serve import BLOCK_SIZE_FLAGS
@@ -42,11 +44,9 @@ EXIT_CODES = {REPRODUCED: 0, DEGRADED: 1, FAILED: 1, COULD_NOT_RUN: 2}
 REFERENCE_ID = "ddtree-single"
 DEFAULT_TOLERANCE = 0.10
 DEFAULT_MAX_TOKENS = 256
-# A coding prompt: the original measurements were on coding work, where DFlash drafts are accepted most.
-PROMPT = (
-    "Write a Python function `merge_intervals(intervals)` that merges overlapping closed intervals and "
-    "returns them sorted. Include a docstring and three doctest examples, then explain its complexity.\n"
-)
+# The fixed greedy prompt (a coding task, where DFlash drafts are accepted most); receipts hash its output.
+PROMPT = receipt.PROMPT
+DEFAULT_RUNS = 3
 
 
 @dataclass
@@ -66,6 +66,8 @@ class LiveReport:
     checks: list[LiveCheck] = field(default_factory=list)
     figures: dict[str, Any] = field(default_factory=dict)
     expected: dict[str, Any] = field(default_factory=dict)
+    server: dict[str, Any] = field(default_factory=dict)
+    greedy: dict[str, Any] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -191,11 +193,13 @@ def run_live(
     timeout: float = 600.0,
     api_key: str | None = None,
     replicas: list[LiveReport] | None = None,
+    n_runs: int = DEFAULT_RUNS,
 ) -> LiveReport:
-    """Run every step; stop at the first failure (later steps are reported as skipped).
+    """Run every step; stop at the first failure (later steps are reported as skipped). The greedy generation
+    runs `n_runs` times: figures are the median run's, with the spread over all of them.
 
     `replicas`: the reports of the replicas behind `url` when it is a router; the router's server info
-    is then read from the first replica that gave its own, and a `replicas` step judges them all."""
+    is then read from a replica that gave its own, and a `replicas` step judges them all."""
     client = Client(url, api="generate", timeout=timeout, api_key=api_key)
     report = LiveReport(
         url=url,
@@ -208,7 +212,15 @@ def run_live(
             "source": expectation.source,
         },
     )
-    names = ["health", "server_info", "settings", "generation", "decode_tok_s", "accept_length"]
+    names = [
+        "health",
+        "server_info",
+        "settings",
+        "generation",
+        "decode_tok_s",
+        "accept_length",
+        "greedy_output",
+    ]
     if replicas is not None:
         names.insert(1, "replicas")
 
@@ -241,18 +253,23 @@ def run_live(
         report.checks.append(step)
         if not replicas:
             return finish(FAILED)
-        informed = [r.url for r in replicas if _passed(r, "server_info")]
+        # A replica whose settings passed speaks for the router (the router's list order is not fixed).
+        informed = [r.url for r in replicas if _passed(r, "settings")]
+        informed += [r.url for r in replicas if _passed(r, "server_info") and r.url not in informed]
         if informed:
             info_client = client.at(informed[0])
-    info = fetch_server_info(info_client)
+    info, answer = server_info_answer(info_client)
     if not isinstance(info, dict):
         report.checks.append(
             LiveCheck(
-                "server_info", "fail", "neither /server_info nor /get_server_info answers JSON: not SGLang?"
+                "server_info",
+                "fail",
+                f"neither /server_info nor /get_server_info answers a JSON object ({answer}): not SGLang?",
             )
         )
         return finish(FAILED)
     report.figures["sglang_version"] = info.get("version")
+    report.server = server_settings(info)
     report.checks.append(
         LiveCheck("server_info", "pass", f"SGLang {info.get('version')}", info.get("version"))
     )
@@ -262,20 +279,30 @@ def run_live(
         return finish(FAILED)
 
     warm = client.stream(GenerationRequest(prompt_text=PROMPT, max_tokens=16, temperature=0.0))
-    result: RequestResult = (
-        client.stream(GenerationRequest(prompt_text=PROMPT, max_tokens=max_tokens, temperature=0.0))
-        if warm.ok
-        else warm
-    )
-    if not result.ok:
-        report.checks.append(LiveCheck("generation", "fail", f"POST /generate failed: {result.error}"))
+    runs: list[RequestResult] = [warm]
+    if warm.ok:
+        request = GenerationRequest(prompt_text=PROMPT, max_tokens=max_tokens, temperature=0.0)
+        runs = [client.stream(request) for _ in range(max(1, n_runs))]
+    broken = next((r for r in runs if not r.ok), None)
+    if broken is not None:
+        report.checks.append(LiveCheck("generation", "fail", f"POST /generate failed: {broken.error}"))
         return finish(FAILED)
+    result = _median_run(runs)
     report.figures.update(
+        runs=len(runs),
         output_tokens=result.output_tokens,
         ttft_s=result.ttft_s,
         decode_tok_s=result.decode_tok_s,
         accept_length=result.accept_length,
         verify_ct=result.verify_ct,
+        spread={
+            "decode_tok_s": describe(r.decode_tok_s for r in runs),
+            "ttft_s": describe(r.ttft_s for r in runs),
+            "accept_length": describe(r.accept_length for r in runs),
+        },
+    )
+    report.greedy, greedy_row = receipt.greedy_record(
+        [r.text for r in runs], max_tokens, result.output_tokens
     )
     if not result.verify_ct or result.accept_length is None:
         report.checks.append(
@@ -288,7 +315,11 @@ def run_live(
         )
         return finish(FAILED)
     report.checks.append(
-        LiveCheck("generation", "pass", f"{result.output_tokens} tokens in {result.verify_ct} verify steps")
+        LiveCheck(
+            "generation",
+            "pass",
+            f"{result.output_tokens} tokens in {result.verify_ct} verify steps (median run of {len(runs)})",
+        )
     )
 
     tok_s = result.decode_tok_s
@@ -307,9 +338,12 @@ def run_live(
             "accept_length", accept, f"{accept:.2f}", expectation.min_accept, expectation.max_accept,
             tolerance, "wrong drafter, or a DDTree setting differs",
         )  # fmt: skip
-    report.checks += [speed, acceptance]
+    greedy = LiveCheck(
+        "greedy_output", greedy_row["status"], greedy_row["detail"], report.greedy["output_sha256"]
+    )
+    report.checks += [speed, acceptance, greedy]
     statuses = {c.status for c in report.checks}
-    if "fail" in statuses:  # only the replicas step can fail without stopping the run
+    if "fail" in statuses:  # the replicas step and greedy_output fail without stopping the run
         return finish(FAILED)
     return finish(DEGRADED if "warn" in statuses else REPRODUCED)
 
@@ -334,6 +368,12 @@ def check_replicas(replicas: list[LiveReport]) -> LiveCheck:
     if any(verdict == DEGRADED for verdict in verdicts.values()):
         return LiveCheck("replicas", "warn", f"{shown}: see each replica's rows", verdicts)
     return LiveCheck("replicas", "pass", f"{len(replicas)} replicas: {shown}", verdicts)
+
+
+def _median_run(runs: list[RequestResult]) -> RequestResult:
+    """The run with the median decode rate (the figures judged are one real run's, not a blend)."""
+    timed = sorted((r for r in runs if r.decode_tok_s is not None), key=lambda r: r.decode_tok_s or 0.0)
+    return timed[(len(timed) - 1) // 2] if timed else runs[0]
 
 
 def render_table(report: LiveReport) -> str:
@@ -380,18 +420,24 @@ def selfcheck_live(args: Any) -> int:
     """`ddtree selfcheck --live URL [--json]`: the live steps as selfcheck rows, plus the verdict."""
     import json
     import os
+    import sys
 
     from ddtree.selfcheck import Context, format_table, report_dict
+    from ddtree.serve import api_key_from
 
     expectation = load_expectation(Path(args.reference) if args.reference else None)
     settings = {
         "tolerance": args.tolerance,
         "max_tokens": args.max_tokens,
-        "api_key": os.environ.get("DDTREE_API_KEY") or None,
+        "api_key": api_key_from(os.environ),
+        "n_runs": args.runs,
     }
     routed = list_replicas(Client(args.live, timeout=30.0, api_key=settings["api_key"]))
     replicas = None if routed is None else [run_live(r.url, expectation, **settings) for r in routed]
     report = run_live(args.live, expectation, replicas=replicas, **settings)
+    written = None
+    if args.receipt and report.verdict != COULD_NOT_RUN:
+        written = receipt.write(Path(args.receipt), receipt.from_live(report))
     rows = outcomes(report)
     for replica in replicas or []:
         rows.insert(-1, replica_outcome(replica))
@@ -406,6 +452,8 @@ def selfcheck_live(args: Any) -> int:
             print(render_table(replica), end="\n\n")
         print(format_table(document))
         print(f"verdict: {report.verdict}")
+    if written:
+        print(f"receipt: {written} (check it with `ddtree receipt verify {written}`)", file=sys.stderr)
     return int(document["exit_code"])
 
 

@@ -109,17 +109,24 @@ def _split_hashes(where: str, line: str) -> tuple[str, tuple[str, ...]]:
     return " ".join(keep), tuple(hashes)
 
 
+# `name[extras] @ URL`: a direct reference; its URL is judged by _check_url, never called a path.
+_DIRECT_REFERENCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\s*(\[[^\]]*\])?\s*@")
+
+
 def _looks_like_path(text: str) -> bool:
+    """A bare path or archive name given where a requirement belongs (`./x.whl`, `/tmp/x.tar.gz`)."""
     head = text.split(";", 1)[0].strip()
+    if _DIRECT_REFERENCE.match(head):
+        return False
     return (
         head.startswith((".", "/", "~", "file:"))
         or head.endswith((".whl", ".tar.gz", ".zip"))
-        or ("/" in head and "@" not in head and "://" not in head)
+        or ("/" in head and "://" not in head)
     )
 
 
 def _check_url(where: str, line: str, url: str) -> None:
-    if url.startswith("file:"):
+    if url.startswith("file:") or "://" not in url:
         raise UserError(
             f"{where}: local path {url!r} in {line!r}; install it from an index and pin ==VERSION"
         )

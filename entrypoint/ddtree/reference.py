@@ -11,6 +11,7 @@ Public API:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,18 +53,28 @@ class Reference:
     settings: dict[str, Any] = field(default_factory=dict)
 
 
+def _figure(value: Any) -> bool:
+    """A measured figure: a finite number >= 0 (YAML's .inf and .nan are not measurements)."""
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
 def _range(source: str, key: str, value: Any) -> Range:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if _figure(value):
         return Range(float(value), float(value))
     if (
         isinstance(value, dict)
         and set(value) == {"min", "max"}
-        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value.values())
+        and all(_figure(v) for v in value.values())
         and value["min"] <= value["max"]
     ):
         return Range(float(value["min"]), float(value["max"]))
     raise UserError(
-        f"{source}: {key}: expected a number or {{min: N, max: N}} with min <= max, got {value!r}"
+        f"{source}: {key}: expected a finite number >= 0 or {{min: N, max: N}} with min <= max, got {value!r}"
     )
 
 

@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from ddtree import __version__
 from ddtree.errors import UserError
+from ddtree.numbers import COUNT, FRACTION, arg_type
 
 Status = Literal["pass", "fail", "skip", "error"]
 STATUSES: tuple[Status, ...] = ("pass", "fail", "skip", "error")
@@ -42,7 +43,12 @@ JSON_SCHEMA_VERSION = 1
 MIN_PYTHON = (3, 10)
 
 # Modules whose import registers more checks (e.g. "selfcheck_patches"); one line per module.
-CHECK_MODULES: tuple[str, ...] = ("selfcheck_image", "selfcheck_weights", "selfcheck_sbom")
+CHECK_MODULES: tuple[str, ...] = (
+    "selfcheck_image",
+    "selfcheck_weights",
+    "selfcheck_sbom",
+    "selfcheck_tree",
+)
 
 
 @dataclass(frozen=True)
@@ -279,7 +285,7 @@ def _cmd_selfcheck(args: argparse.Namespace) -> int:
         return smoke.selfcheck_smoke(args)
     ctx = Context(
         offline=args.offline,
-        options={"full_hash": args.full_hash, "weights_manifest": args.weights_manifest},
+        options={"full_hash": args.full_hash, "weights_manifest": args.weights_manifest, "full": args.full},
     )
     outcomes = load_check_modules(CHECK_MODULES)
     outcomes += run_checks(REGISTRY, ctx, args.only or ())
@@ -299,11 +305,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     mode.add_argument("--offline", action="store_true", help="skip checks that need the network")
     mode.add_argument("--live", metavar="URL", help="judge a running server: REPRODUCED, DEGRADED or FAILED")
     mode.add_argument("--smoke", action="store_true", help="serve tiny models on this GPU: DDTree == greedy")
+    parser.add_argument(
+        "--full", action="store_true", help="every installed file against its RECORD, and the tree digest"
+    )
     parser.add_argument("--full-hash", action="store_true", help="sha256 every weight shard (reads all)")
     parser.add_argument("--weights-manifest", metavar="FILE", help="`sha256  path` lines for --full-hash")
-    parser.add_argument("--tolerance", type=float, default=0.10, help="--live: relative tolerance (0.10)")
-    parser.add_argument("--max-tokens", type=int, default=256, help="--live: tokens to generate (256)")
+    parser.add_argument(
+        "--tolerance", type=arg_type(FRACTION), default=0.10, help="--live: relative tolerance (0.10)"
+    )
+    parser.add_argument(
+        "--max-tokens", type=arg_type(COUNT), default=256, help="--live: tokens to generate (256)"
+    )
     parser.add_argument("--reference", metavar="FILE", help="--live: reference results (env/reference)")
+    parser.add_argument(
+        "--runs", type=arg_type(COUNT), default=3, help="--live: measured greedy runs (median, spread; 3)"
+    )
+    parser.add_argument(
+        "--receipt", default="receipt-live.json", metavar="FILE",
+        help="--live: write the receipt here (default receipt-live.json; '' for none)",
+    )  # fmt: skip
     parser.add_argument(
         "--smoke-tp", type=int, default=1, metavar="N",
         help="--smoke: tensor-parallel size 1, 2 or 4 (tiny models split over N GPUs: the TP top-k merge)",

@@ -33,13 +33,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ddtree import gpu, lockfile, serve, weights, weights_lock
+from ddtree import gpu, image_identity, lockfile, serve, weights, weights_lock
 from ddtree.errors import UserError
 from ddtree.fsutil import sha256_file
 from ddtree.selfcheck import CheckResult, Context, check, failed, passed, skipped
 
 IMAGE_LOCK = Path("/opt/ddtree/requirements.lock")
-LABEL_FILES = (Path("/opt/ddtree/image-labels.json"), Path("/etc/ddtree/image-labels.json"))
 SGLANG = "sglang"
 
 
@@ -78,6 +77,8 @@ def site_packages_of(distribution: str = SGLANG) -> Path | None:
 def target_check(ctx: Context) -> CheckResult:
     if not ctx.environ.get("DDTREE_TARGET"):
         return skipped("DDTREE_TARGET is not set (the image sets it); no profile to check against")
+    if ctx.environ["DDTREE_TARGET"] == "auto" and _nvidia_smi(ctx) is None:
+        return skipped("DDTREE_TARGET=auto and no GPU runtime here: the profile is chosen on the GPU host")
     launch = _plan(ctx.environ)  # UserError -> fail with its message
     t = launch.target
     return passed(
@@ -174,27 +175,19 @@ def patched_files_check(ctx: Context) -> CheckResult:
 
 
 def read_labels(environ: Mapping[str, str]) -> tuple[Path | None, dict[str, str]]:
-    """The labels baked into the image as JSON (a dict, or `docker inspect` output)."""
-    candidates = [Path(environ["DDTREE_IMAGE_LABELS"])] if environ.get("DDTREE_IMAGE_LABELS") else []
-    for path in [*candidates, *LABEL_FILES]:
-        if path.is_file():
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError) as exc:
-                raise UserError(f"image labels {path} are not JSON ({exc}): rebuild the image") from exc
-            if isinstance(data, list) and data and isinstance(data[0], dict):
-                data = (data[0].get("Config") or {}).get("Labels") or {}
-            if not isinstance(data, dict):
-                raise UserError(f"image labels {path} are not a JSON object: rebuild the image")
-            return path, {str(k): str(v) for k, v in data.items()}
-    return None, {}
+    """The labels baked into the image as JSON (dict or `docker inspect` output), by ddtree.image_identity."""
+    path, labels, _ = image_identity.local_labels(environ)
+    return path, labels
 
 
 def expected_labels(ctx: Context) -> dict[str, str]:
     """What the labels must say, from what is really here."""
     want: dict[str, str] = {"io.ddtree.python.version": f"{sys.version_info.major}.{sys.version_info.minor}"}
-    if ctx.environ.get("DDTREE_TARGET"):
-        want["io.ddtree.target"] = ctx.environ["DDTREE_TARGET"]
+    target = ctx.environ.get("DDTREE_TARGET", "")
+    if target == "auto":  # the image is still built for one target; it says which in DDTREE_IMAGE_TARGET
+        target = ctx.environ.get("DDTREE_IMAGE_TARGET", "")
+    if target:
+        want["io.ddtree.target"] = target
     with contextlib.suppress(importlib.metadata.PackageNotFoundError):
         want["io.ddtree.sglang.version"] = importlib.metadata.version(SGLANG)
     launch = _plan_or_none(ctx)

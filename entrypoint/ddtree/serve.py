@@ -6,14 +6,17 @@ check the weights, the drafter, the GPUs, /dev/shm and the port, print the comma
 naming the path or value and the fix; nothing has loaded 600 GB yet.
 
 Environment overrides (all optional; the profile gives the defaults):
-    DDTREE_TARGET          pro6000 | b300: which profile under env/targets/ (the image bakes its own)
+    DDTREE_TARGET          pro6000 | b300 | auto: which profile under env/targets/ (the image bakes its own;
+                           auto picks the one that fits the GPUs, see ddtree.profiles)
+    DDTREE_JIT_CACHE_DIR   a persistent folder for the JIT caches, keyed by the image (see ddtree.jit_cache)
     DDTREE_ENV_DIR         where env/ lives (image: /opt/ddtree/env; a checkout: the repo's env/)
     DDTREE_MODEL_DIR       --model-path (default /models/target)
     DDTREE_DRAFTER_DIR     --speculative-draft-model-path (default /models/drafter)
     DDTREE_HOST            --host
     DDTREE_PORT            --port
     DDTREE_TP              --tp (testing on fewer GPUs; the measured setup is TP 8)
-    DDTREE_API_KEY         --api-key (masked when printed)
+    DDTREE_API_KEY         the server's API key (never on a command line: see "Secrets" below)
+    DDTREE_API_KEY_FILE    a file holding it (a compose/Docker secret: then not in `docker inspect` either)
     DDTREE_EXTRA_ARGS      more server arguments, shell-quoted, appended before the ones after `--`
     DDTREE_SKIP_CHECKS     comma list of checks to skip: weights, drafter, gpu, shm, port
     DDTREE_MIN_SHM_GIB     the /dev/shm floor (default 1)
@@ -24,6 +27,18 @@ Environment overrides (all optional; the profile gives the defaults):
 
 A weights folder may be a plain folder or a Hugging Face cache repository (models--ORG--NAME, holding
 refs/, snapshots/, blobs/): the server gets the snapshot of the locked revision (else refs/main).
+
+Numbers are range-checked before anything starts: every value the checks read from the final command line
+(port, TP, block size, ...), wherever it came from (profile, DDTREE_*, DDTREE_EXTRA_ARGS, after `--`, a
+--config file), and DDTREE_MIN_SHM_GIB; TP must also divide the visible GPUs and the model's heads.
+
+Secrets. A process's argv is public on the host (/proc/PID/cmdline, `ps`, `docker top`), so --api-key and
+--admin-api-key never reach the server's command line, wherever they were given: they are moved into a
+YAML that SGLang 0.5.13.post1 reads with `--config FILE` (server_args_config_parser; config values come
+before the command line's, and no secret is left on it to override them). The YAML lives only in memory: a
+memfd this process passes across exec, reached through a `server-config.yaml` link in a private temporary
+folder (SGLang wants a .yaml name). DDTREE_API_KEY(_FILE) are removed from the server's environment. The
+patch `secret-args-repr` keeps both keys out of ServerArgs' repr, which SGLang logs at start-up.
 
 Arguments after `--` are appended last; SGLang's parser keeps the last value of a repeated option, so
 they override the profile. The checks read the final command line, so an override is also what is checked.
@@ -45,13 +60,17 @@ import os
 import re
 import shlex
 import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from ddtree import gpu, targets, weights, weights_lock
+from ddtree import gpu, jit_cache, numbers, targets, weights, weights_lock
 from ddtree.errors import UserError
+from ddtree.fsutil import read_text
 from ddtree.weights_layout import is_read_only, resolve_checkout
+from ddtree.yamlfile import load_yaml
 
 EXIT_FAIL = 1
 EXIT_CANNOT_RUN = 2
@@ -64,6 +83,11 @@ CHECK_NAMES = ("weights", "drafter", "gpu", "shm", "port")
 
 # Flags whose value is a secret, and token shapes masked wherever they appear.
 SECRET_FLAGS = frozenset({"--api-key", "--admin-api-key", "--hf-token", "--token"})
+# SGLang's secret flags: moved off the command line into the in-memory --config YAML.
+SERVER_SECRET_FLAGS = ("--api-key", "--admin-api-key")
+SECRET_ENV = ("DDTREE_API_KEY", "DDTREE_API_KEY_FILE")
+CONFIG_FLAG = "--config"
+CONFIG_NAME = "server-config.yaml"
 SECRET_PATTERN = re.compile(r"(hf_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9_-]{8,})")
 SECRET_ENV_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 MASK = "****"
@@ -120,13 +144,36 @@ ENV_FLAGS = (
     ("DDTREE_HOST", "host"),
     ("DDTREE_PORT", "port"),
     ("DDTREE_TP", "tp"),
-    ("DDTREE_API_KEY", "api-key"),
 )
+WHERE_SET = "the profile, DDTREE_EXTRA_ARGS, an argument after -- or the --config file"
+# Values the checks (or SGLang's sizing) read from the final command line: flag -> (bounds, how to set it).
+CHECKED_NUMBERS: dict[str, tuple[numbers.Bounds, str]] = {
+    "--port": (numbers.Bounds(int, 1, 65535), "set DDTREE_PORT to 1..65535"),
+    "--tp": (numbers.Bounds(int, 1, 64), "set DDTREE_TP to the number of GPUs to use (8 as measured)"),
+    "--tp-size": (numbers.Bounds(int, 1, 64), "set DDTREE_TP to the number of GPUs to use (8 as measured)"),
+    "--speculative-num-draft-tokens": (numbers.BLOCK_SIZE, "the drafter's block size (8 as measured)"),
+    "--speculative-dflash-block-size": (numbers.BLOCK_SIZE, "the drafter's block size (8 as measured)"),
+    "--speculative-ddtree-block-size": (numbers.BLOCK_SIZE, "the drafter's block size (8 as measured)"),
+    "--speculative-ddtree-budget": (
+        numbers.Bounds(int, 1, 63),
+        "tree nodes; budget + 1 <= 64 (8 as measured)",
+    ),
+    "--speculative-ddtree-topk": (numbers.Bounds(int, 1, 64), "tokens per depth (4 as measured)"),
+    "--speculative-draft-window-size": (numbers.Bounds(int, 1, 1 << 24), "drafter tokens kept (2048)"),
+    "--mem-fraction-static": (numbers.Bounds(float, 0, 1, low_open=True), "a fraction of GPU memory"),
+    "--context-length": (numbers.Bounds(int, 1, 1 << 24), "tokens"),
+    "--cuda-graph-max-bs": (numbers.Bounds(int, 1, 4096), "requests per CUDA graph"),
+    "--max-running-requests": (numbers.Bounds(int, 1, 1 << 20), "requests"),
+}
+# Flags the checks read whose value must be there (a following --flag is not a value).
+VALUE_FLAGS = ("--model-path", "--speculative-draft-model-path", "--host", CONFIG_FLAG, *SERVER_SECRET_FLAGS)
+SHM_GIB = numbers.Bounds(float, 0, 4096, low_open=True)
 
 
 @dataclass(frozen=True)
 class Launch:
-    """Everything exec needs: the profile, the server arguments and the environment to export."""
+    """Everything exec needs: the profile, the server arguments (no secrets: those are in `secrets`, for
+    the in-memory --config YAML) and the environment to export."""
 
     target: targets.Target
     server_args: list[str]
@@ -134,20 +181,36 @@ class Launch:
     model_type: str
     # role -> the revision env/weights.yaml pins (picks the snapshot in a Hugging Face cache folder)
     locked_revisions: dict[str, str | None] = field(default_factory=dict)
+    secrets: dict[str, str] = field(default_factory=dict)
+    # The user's own --config YAML (already read): SGLang puts its values before the command line's.
+    user_config: dict[str, Any] = field(default_factory=dict)
+    # Variables to remove before exec (the baked target's, when DDTREE_TARGET=auto chose another profile).
+    unset: tuple[str, ...] = ()
 
     @property
     def command(self) -> list[str]:
-        """The server command, with cache repository folders replaced by the snapshot to load."""
+        """The command as printed: the --config path exists only at exec time (`server_command`)."""
+        shown = f"<in-memory {CONFIG_NAME}: {', '.join(sorted(self.secrets))}>"
+        return self.server_command(shown if self.secrets else None)
+
+    def server_command(self, config: str | None) -> list[str]:
+        """The server command: weights folders replaced by the snapshot to load (a Hugging Face cache
+        repository resolves to its locked snapshot), then `--config FILE` when secrets went into one."""
         args = list(self.server_args)
+        from_config = config_argv(self.user_config)
         for flag, folder in (
             ("--model-path", self.model_dir),
             ("--speculative-draft-model-path", self.drafter_dir),
         ):
-            _replace_value(args, flag, str(folder()))
-        return [sys.executable, "-m", SERVER_MODULE, *args]
+            if not _replace_value(args, flag, str(folder())) and _argv_value(from_config, flag):
+                args += [flag, str(folder())]  # given only in --config: the command line's value wins
+        extra = [CONFIG_FLAG, config] if config else []
+        return [sys.executable, "-m", SERVER_MODULE, *args, *extra]
 
     def value(self, flag: str) -> str | None:
-        return _argv_value(self.server_args, flag)
+        """The value SGLang will use: the command line's last, else the --config file's."""
+        found = _argv_value(self.server_args, flag)
+        return found if found is not None else _argv_value(config_argv(self.user_config), flag)
 
     def mounted_dir(self, role: str) -> Path:
         """The folder as given (--model-path / --speculative-draft-model-path, else the mount point)."""
@@ -164,28 +227,28 @@ class Launch:
         return resolve_checkout(self.mounted_dir("drafter"), self.locked_revisions.get("drafter")).path
 
 
-def _replace_value(argv: list[str], flag: str, value: str) -> None:
-    """Set the value of the last `flag` in argv (both `--flag v` and `--flag=v`), if it is there."""
+def _replace_value(argv: list[str], flag: str, value: str) -> bool:
+    """Set the value of the last `flag` in argv (both `--flag v` and `--flag=v`); False if it is not there."""
     for i in range(len(argv) - 1, -1, -1):
         if argv[i] == flag and i + 1 < len(argv):
             argv[i + 1] = value
-            return
+            return True
         if argv[i].startswith(flag + "="):
             argv[i] = f"{flag}={value}"
-            return
+            return True
+    return False
 
 
 def assemble(target: targets.Target, environ: Mapping[str, str], extra: Sequence[str]) -> list[str]:
-    """Profile arguments with the environment overrides, then DDTREE_EXTRA_ARGS, then `-- extra`."""
+    """Profile arguments with the environment overrides, then DDTREE_EXTRA_ARGS, then `-- extra`.
+    DDTREE_API_KEY(_FILE) becomes --api-key here; `plan` moves every secret off the command line."""
     overrides: dict[str, targets.ServerArgValue] = {
         flag: environ[var] for var, flag in ENV_FLAGS if environ.get(var)
     }
     argv = target.server_argv(overrides)
-    port = _argv_value(argv, "--port")
-    if port is not None and not port.isdigit():
-        raise UserError(
-            f"port {port!r} is not a number: set DDTREE_PORT to 1..65535", exit_code=EXIT_CANNOT_RUN
-        )
+    api_key = api_key_from(environ)
+    if api_key is not None:
+        argv += ["--api-key", api_key]
     try:
         argv += shlex.split(environ.get("DDTREE_EXTRA_ARGS", ""))
     except ValueError as exc:
@@ -195,22 +258,153 @@ def assemble(target: targets.Target, environ: Mapping[str, str], extra: Sequence
     return argv + list(extra)
 
 
+def api_key_from(environ: Mapping[str, str]) -> str | None:
+    """DDTREE_API_KEY, else the first line of DDTREE_API_KEY_FILE (a Docker/compose secret); None if unset."""
+    if environ.get("DDTREE_API_KEY"):
+        return environ["DDTREE_API_KEY"]
+    path = environ.get("DDTREE_API_KEY_FILE")
+    if not path:
+        return None
+    try:
+        text = read_text(Path(path), "not found; DDTREE_API_KEY_FILE names the file holding the API key")
+    except UserError as exc:
+        raise UserError(str(exc), exit_code=EXIT_CANNOT_RUN) from exc
+    key = text.strip().splitlines()[0].strip() if text.strip() else ""
+    if not key:
+        raise UserError(
+            f"{path}: empty; DDTREE_API_KEY_FILE must hold the API key", exit_code=EXIT_CANNOT_RUN
+        )
+    return key
+
+
+def split_secrets(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """(argv without SGLang's secret flags, {config key: last value}): both spellings, every occurrence."""
+    kept: list[str] = []
+    secrets: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        flag, eq, inline = argv[i].partition("=")
+        if flag in SERVER_SECRET_FLAGS:
+            if eq:
+                secrets[flag[2:]] = inline
+                i += 1
+                continue
+            if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
+                raise UserError(f"{flag} needs a value: give it with {WHERE_SET}", exit_code=EXIT_CANNOT_RUN)
+            secrets[flag[2:]] = argv[i + 1]
+            i += 2
+            continue
+        kept.append(argv[i])
+        i += 1
+    return kept, secrets
+
+
+def config_argv(config: Mapping[str, Any]) -> list[str]:
+    """A --config YAML as the tokens SGLang's ConfigArgumentMerger puts before the command line's."""
+    argv: list[str] = []
+    for key, value in config.items():
+        if value is True:
+            argv.append(f"--{key}")
+        elif value is False or value is None or value == []:
+            continue
+        elif isinstance(value, list):
+            argv += [f"--{key}", *(str(v) for v in value)]
+        else:
+            argv += [f"--{key}", str(value)]
+    return argv
+
+
+def read_user_config(argv: Sequence[str]) -> tuple[Path | None, dict[str, Any]]:
+    """The --config file given on the command line, read as SGLang will (one, a .yaml mapping)."""
+    given = [i for i, arg in enumerate(argv) if arg == CONFIG_FLAG or arg.startswith(CONFIG_FLAG + "=")]
+    if not given:
+        return None, {}
+    if len(given) > 1:
+        raise UserError("--config is given twice; SGLang reads one config file", exit_code=EXIT_CANNOT_RUN)
+    path = Path(_argv_value(argv, CONFIG_FLAG) or "")
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        raise UserError(
+            f"--config {path}: SGLang reads only .yaml/.yml config files", exit_code=EXIT_CANNOT_RUN
+        )
+    try:
+        data = load_yaml(path, "not found; --config names SGLang's YAML config file")
+    except UserError as exc:
+        raise UserError(str(exc), exit_code=EXIT_CANNOT_RUN) from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise UserError(f"--config {path}: expected a mapping of option: value", exit_code=EXIT_CANNOT_RUN)
+    return path, data
+
+
+def _without_config(argv: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == CONFIG_FLAG:
+            skip = True
+        elif not arg.startswith(CONFIG_FLAG + "="):
+            out.append(arg)
+    return out
+
+
+def validate_values(argv: Sequence[str]) -> None:
+    """Every checked number in range and every checked flag with a value, each occurrence, one line."""
+    for i, arg in enumerate(argv):
+        flag, eq, inline = arg.partition("=")
+        if flag not in CHECKED_NUMBERS and flag not in VALUE_FLAGS:
+            continue
+        value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+        if value is None or (not eq and value.startswith("--")) or (flag in VALUE_FLAGS and not value):
+            raise UserError(f"{flag} needs a value: give it with {WHERE_SET}", exit_code=EXIT_CANNOT_RUN)
+        if flag in CHECKED_NUMBERS:
+            bounds, fix = CHECKED_NUMBERS[flag]
+            numbers.parse(value, flag, bounds, fix)
+
+
 def plan(
     environ: Mapping[str, str],
     target_name: str | None = None,
     env_dir: str | None = None,
     extra: Sequence[str] = (),
+    gpu_runner: gpu.Runner = gpu.run_nvidia_smi,
 ) -> Launch:
-    """Resolve the target and assemble the launch; shared by serve and the offline self-check."""
-    target = load_profile(resolve_target(environ, target_name), targets_dir_for(env_dir))
-    # The profile's environment fills in what the caller did not set; the caller's values win.
-    environment = {k: environ.get(k, v) for k, v in target.environment.items()}
+    """Resolve the target (`auto`: the profile that fits the GPUs, see ddtree.profiles) and assemble the
+    launch; shared by serve and the offline self-check. Values are checked here, so even --dry-run refuses
+    a command SGLang could not take."""
+    from ddtree import profiles
+
+    folder = targets_dir_for(env_dir)
+    name = resolve_target(environ, target_name)
+    unset: tuple[str, ...] = ()
+    if name == profiles.AUTO:
+        target = load_profile(profiles.choose_name(folder, gpu_runner), folder)
+        baked_name = environ.get(profiles.IMAGE_TARGET_ENV, "")
+        baked = load_profile(baked_name, folder) if baked_name in targets.known_targets(folder) else None
+        environment, unset = profiles.environment_for(target, baked, environ)
+    else:
+        target = load_profile(name, folder)
+        # The profile's environment fills in what the caller did not set; the caller's values win.
+        environment = {k: environ.get(k, v) for k, v in target.environment.items()}
+    environment.update(jit_cache.environment(environ))
+    argv = assemble(target, environ, extra)
+    validate_values(argv)
+    _, user_config = read_user_config(argv)
+    validate_values(config_argv(user_config))
+    argv, secrets = split_secrets(argv)
+    if secrets and user_config:
+        argv = _without_config(argv)  # its values go into the in-memory config, with the secrets
     return Launch(
         target=target,
-        server_args=assemble(target, environ, extra),
+        server_args=argv,
         environment=environment,
         model_type=environ.get("DDTREE_MODEL_TYPE") or EXPECTED_MODEL_TYPE,
         locked_revisions=locked_revisions(environ),
+        secrets=secrets,
+        user_config=user_config,
+        unset=unset,
     )
 
 
@@ -221,6 +415,23 @@ def locked_revisions(environ: Mapping[str, str]) -> dict[str, str | None]:
     except UserError:
         return {}
     return {role: model.revision for role, model in lock.models.items()}
+
+
+def write_server_config(launch: Launch) -> str | None:
+    """The --config path SGLang will read: the user's config plus the secrets, held in a memfd that exec
+    keeps open (no copy on any disk), linked as server-config.yaml in a private (0700) temporary folder.
+    The link names /proc/<our pid>/fd/N: the server keeps our PID, so it resolves for the server only."""
+    if not launch.secrets:
+        return None
+    import yaml
+
+    data = {**launch.user_config, **launch.secrets}
+    fd = os.memfd_create(CONFIG_NAME, 0)  # no MFD_CLOEXEC: it must survive exec
+    os.write(fd, yaml.safe_dump(data, sort_keys=False).encode())
+    folder = Path(tempfile.mkdtemp(prefix="ddtree-serve-"))
+    link = folder / CONFIG_NAME
+    os.symlink(f"/proc/{os.getpid()}/fd/{fd}", link)
+    return str(link)
 
 
 def mask_argv(argv: Sequence[str]) -> list[str]:
@@ -316,8 +527,10 @@ def preflight(
     """Every pre-launch check, in the order a person would fix them; raises at the first failure."""
     skip = skipped_checks(environ)
     summary: weights.ModelSummary | None = None
+    shm_floor(environ)  # a bad DDTREE_MIN_SHM_GIB is refused before the slower checks
     if "weights" not in skip:
         summary = check_weights(launch)
+        check_tp_divides_heads(launch)
         log(
             f"ok   weights  {summary.path}: {summary.model_type}, {len(summary.shards)} shards, "
             f"{summary.total_bytes / 1e9:.1f} GB"
@@ -368,13 +581,35 @@ def warn_read_write(folder: Path, log: Callable[[str], None]) -> None:
 
 
 def tp_of(launch: Launch) -> int:
-    value = launch.value("--tp") or launch.value("--tp-size")
-    try:
-        return int(value) if value else launch.target.tensor_parallel
-    except ValueError as exc:
+    """The tensor-parallel size SGLang will use (--tp or --tp-size, else the profile's); range-checked."""
+    for flag in ("--tp", "--tp-size"):
+        value = launch.value(flag)
+        if value:
+            bounds, fix = CHECKED_NUMBERS[flag]
+            return int(numbers.parse(value, flag, bounds, fix))
+    return launch.target.tensor_parallel
+
+
+def attention_heads(folder: Path) -> int | None:
+    """num_attention_heads of the target's config.json (top level or text_config, as Kimi K2.6 nests it)."""
+    config = weights.read_json(folder / "config.json", "target config")
+    for holder in (config, config.get("text_config")):
+        heads = holder.get("num_attention_heads") if isinstance(holder, dict) else None
+        if isinstance(heads, int) and not isinstance(heads, bool) and heads > 0:
+            return heads
+    return None
+
+
+def check_tp_divides_heads(launch: Launch) -> None:
+    """SGLang splits the attention heads over the TP ranks: TP must divide them (else found after loading)."""
+    tp = tp_of(launch)
+    heads = attention_heads(launch.model_dir())
+    if heads is not None and heads % tp:
+        fits = [n for n in range(1, heads + 1) if heads % n == 0 and n <= 64]
         raise UserError(
-            f"--tp {value!r} is not an integer: fix DDTREE_TP", exit_code=EXIT_CANNOT_RUN
-        ) from exc
+            f"tensor parallel size {tp} does not divide the model's {heads} attention heads "
+            f"({launch.model_dir() / 'config.json'}): set DDTREE_TP to one of {', '.join(map(str, fits))}"
+        )
 
 
 def check_gpu(
@@ -388,14 +623,13 @@ def shm_floor(environ: Mapping[str, str]) -> int:
     text = environ.get("DDTREE_MIN_SHM_GIB")
     if not text:
         return gpu.DEFAULT_MIN_SHM_BYTES
-    try:
-        return int(float(text) * (1 << 30))
-    except ValueError as exc:
-        raise UserError(f"DDTREE_MIN_SHM_GIB {text!r} is not a number", exit_code=EXIT_CANNOT_RUN) from exc
+    gib = numbers.parse(text, "DDTREE_MIN_SHM_GIB", SHM_GIB, "the /dev/shm floor in GiB (default 1)")
+    return int(gib * (1 << 30))
 
 
 def check_port(launch: Launch) -> tuple[int, str]:
-    port = int(launch.value("--port") or 30000)
+    bounds, fix = CHECKED_NUMBERS["--port"]
+    port = int(numbers.parse(launch.value("--port") or "30000", "--port", bounds, fix))
     host = launch.value("--host") or "0.0.0.0"
     gpu.check_port(port, host)
     return port, host
@@ -405,7 +639,7 @@ def resolve_target(environ: Mapping[str, str], cli_target: str | None) -> str:
     name = cli_target or environ.get("DDTREE_TARGET", "")
     if not name:
         raise UserError(
-            "no target: set DDTREE_TARGET (pro6000 or b300; the image sets it) or pass --target",
+            "no target: set DDTREE_TARGET (pro6000, b300 or auto; the image sets it) or pass --target",
             exit_code=EXIT_CANNOT_RUN,
         )
     return name
@@ -421,12 +655,22 @@ def run(args: argparse.Namespace) -> int:
         print(render_command(launch.command, launch.environment))
         return 0
     preflight(launch, os.environ)
+    cache = jit_cache.prepare(os.environ)
     print(f"ddtree serve: target {launch.target.name}: launching")
+    if cache is not None:
+        print(f"# JIT caches in {cache} (this image's; kept across restarts)")
+    if launch.unset:
+        print(f"# unset (the image's own target's settings): {' '.join(launch.unset)}")
     print(render_command(launch.command, launch.environment))
     sys.stdout.flush()
     sys.stderr.flush()
+    for name in launch.unset:
+        os.environ.pop(name, None)
+    command = launch.server_command(write_server_config(launch))
     os.environ.update(launch.environment)
-    os.execvp(launch.command[0], launch.command)
+    for name in SECRET_ENV:  # consumed: the server and its workers do not inherit them
+        os.environ.pop(name, None)
+    os.execvp(command[0], command)
     return EXIT_FAIL  # not reached: exec replaces this process
 
 

@@ -166,9 +166,9 @@ def _gpu(source: Path | str, data: Any) -> GpuSpec:
         )
     memory = data.get("memory_gb")
     if memory is not None and (
-        isinstance(memory, bool) or not isinstance(memory, (int, float)) or memory <= 0
+        isinstance(memory, bool) or not isinstance(memory, (int, float)) or not 0 < memory < 1e6
     ):
-        raise _fail(source, "gpu.memory_gb", f"must be a positive number, got {memory!r}")
+        raise _fail(source, "gpu.memory_gb", f"must be a positive, finite number of GB, got {memory!r}")
     return GpuSpec(
         model=_str(source, data, "model", "gpu."),
         compute_capability=capability,

@@ -514,8 +514,8 @@ def require_writable(path: Path, what: str) -> None:
 def write_manifest(digests: dict[str, str], path: Path) -> None:
     try:
         atomic_write(Path(path), manifest_text(digests))
-    except OSError as exc:
-        raise UserError(f"manifest {path} cannot be written ({exc.strerror}): write it elsewhere") from exc
+    except UserError as exc:  # atomic_write's one line names the path; say that it is the manifest
+        raise UserError(f"manifest {exc}", exit_code=exc.exit_code) from exc
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -559,6 +559,8 @@ def _cmd_hash(args: Any) -> int:
 def register(subparsers: Any) -> None:
     import argparse
 
+    from ddtree.numbers import BLOCK_SIZE, TP_SIZE, WORKERS, arg_type
+
     parser = subparsers.add_parser(
         "weights", help="check a weights folder, hash it (manifest), or fetch the locked revision"
     )
@@ -569,8 +571,15 @@ def register(subparsers: Any) -> None:
     chk.add_argument("target", help="the target model folder")
     chk.add_argument("--model-type", default="kimi_k25", help="expected config.json model_type ('' for any)")
     chk.add_argument("--drafter", help="the DFlash drafter folder")
-    chk.add_argument("--block-size", type=int, default=8, help="the configured block size (num-draft-tokens)")
-    chk.add_argument("--tp", type=int, help="the tensor-parallel size the drafter's heads must divide by")
+    chk.add_argument(
+        "--block-size",
+        type=arg_type(BLOCK_SIZE),
+        default=8,
+        help="the configured block size (num-draft-tokens)",
+    )
+    chk.add_argument(
+        "--tp", type=arg_type(TP_SIZE), help="the tensor-parallel size the drafter's heads must divide by"
+    )
     chk.set_defaults(func=_cmd_check)
     hsh = sub.add_parser(
         "hash",
@@ -580,7 +589,7 @@ def register(subparsers: Any) -> None:
     hsh.add_argument("folder")
     hsh.add_argument("--write", metavar="FILE", help="write the `sha256  path` manifest here (else stdout)")
     hsh.add_argument("--manifest", metavar="FILE", help="compare with this manifest; exit 1 on a difference")
-    hsh.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="threads")
+    hsh.add_argument("--workers", type=arg_type(WORKERS), default=os.cpu_count() or 1, help="threads")
     hsh.set_defaults(func=_cmd_hash)
     from ddtree import weights_capture, weights_fetch
 

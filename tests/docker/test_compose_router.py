@@ -44,6 +44,8 @@ def test_the_images_router_lock_installs_and_the_router_answers_inside(docker: s
     dockerfile = image.stage_context(folder, render.render("pro6000", "bootstrap"), _ci_lock(tmp_path))
     args = {**image.build_args_for(ctx, image.OVERRIDE_LOCK, pip_check=False), "INSTALL_ROUTER": "1"}
     tag = "ddtree-test:router-issue18"
+    # The runtime stage copies the SBOM from the context, as `ddtree-build image` stages it.
+    image.write_image_sbom(folder, image.OVERRIDE_LOCK, ctx, args, tag, tmp_path / "sbom.cdx.json")
     log = tmp_path / "build.log"
     try:
         engine.build_image(

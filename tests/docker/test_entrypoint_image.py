@@ -23,12 +23,17 @@ from tests.synthetic_weights import write_drafter, write_target
 
 SKIP_HOST = "DDTREE_SKIP_CHECKS=gpu,shm"
 FAKE_SERVER = """\
-import os, signal, sys, time
+import hashlib, os, signal, sys, time
 def stop(signum, frame):
     print("SIGTERM received by PID", os.getpid(), flush=True)
     sys.exit(0)
 signal.signal(signal.SIGTERM, stop)
-print("stand-in server PID", os.getpid(), "argv", " ".join(sys.argv[1:]), flush=True)
+argv = sys.argv[1:]
+print("stand-in server PID", os.getpid(), "uid", os.getuid(), "argv", " ".join(argv), flush=True)
+if "--config" in argv:  # read as SGLang's ConfigArgumentMerger does
+    import yaml
+    key = yaml.safe_load(open(argv[argv.index("--config") + 1]))["api-key"]
+    print("api-key sha256", hashlib.sha256(key.encode()).hexdigest(), flush=True)
 time.sleep(600)
 """
 
@@ -92,8 +97,9 @@ def test_dry_run_overrides_and_masking(docker: str, tag: str) -> None:
         "debug",
     )
     assert out.returncode == 0, out.stderr
-    assert "    --port 31000 \\" in out.stdout and "--api-key **** \\" in out.stdout
-    assert "s3cret-key" not in out.stdout and out.stdout.rstrip().endswith("    --log-level debug")
+    assert "    --port 31000 \\" in out.stdout and "    --log-level debug \\" in out.stdout
+    assert "s3cret-key" not in out.stdout and "--api-key" not in out.stdout
+    assert out.stdout.rstrip().endswith("    --config '<in-memory server-config.yaml: api-key>'")
 
 
 @pytest.mark.parametrize(
@@ -163,7 +169,7 @@ def test_exec_pid1_and_sigterm(docker: str, tag: str, models, tmp_path: Path) ->
             logs = subprocess.run([docker, "logs", name], capture_output=True, text=True).stdout
         assert "ok   weights  /models/target: kimi_k25, 3 shards" in logs, logs
         assert "ok   drafter  /models/drafter: block size 8" in logs and "ok   port" in logs
-        assert "stand-in server PID 1 argv --model-path /models/target" in logs, logs
+        assert "stand-in server PID 1 uid 10001 argv --model-path /models/target" in logs, logs
         started = time.monotonic()
         subprocess.run([docker, "stop", "-t", "20", name], capture_output=True, check=True)
         assert time.monotonic() - started < 15, "SIGTERM did not stop the server; docker had to kill it"
@@ -171,6 +177,47 @@ def test_exec_pid1_and_sigterm(docker: str, tag: str, models, tmp_path: Path) ->
         assert state[0]["State"]["ExitCode"] == 0
         logs = subprocess.run([docker, "logs", name], capture_output=True, text=True).stdout
         assert "SIGTERM received by PID 1" in logs
+    finally:
+        subprocess.run([docker, "rm", "-f", name], capture_output=True)
+
+
+def test_runs_unprivileged_with_the_api_key_in_no_argv_and_no_log(
+    docker: str, tag: str, models, tmp_path: Path
+) -> None:
+    """The container's PID 1 (the server, after exec) runs as uid 10001 and still reads the read-only
+    weights; DDTREE_API_KEY reaches it through the in-memory --config, and appears neither in
+    /proc/1/cmdline, nor in `docker top`, nor in the server's environment, nor in `docker logs`."""
+    import hashlib
+
+    key = "sk-docker-test-0123456789SECRET"
+    fake = tmp_path / "fake"
+    (fake / "sglang").mkdir(parents=True)
+    (fake / "sglang" / "__init__.py").write_text("")
+    (fake / "sglang" / "launch_server.py").write_text(FAKE_SERVER)
+    for path in (fake, fake / "sglang", *(fake / "sglang").iterdir()):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    name = f"ddtree-secret-test-{int(time.time() * 1000)}"
+    run = subprocess.run(
+        [docker, "run", "-d", "--name", name, "--network=none", "-e", SKIP_HOST, "-e", "PYTHONPATH=/fake",
+         "-e", f"DDTREE_API_KEY={key}", "-v", f"{fake}:/fake:ro", *mounts(*models), tag],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    try:
+        deadline = time.monotonic() + 60
+        logs = ""
+        while time.monotonic() < deadline and "api-key sha256" not in logs:
+            time.sleep(0.5)
+            logs = subprocess.run([docker, "logs", name], capture_output=True, text=True).stdout
+        assert f"api-key sha256 {hashlib.sha256(key.encode()).hexdigest()}" in logs, logs
+        assert "stand-in server PID 1 uid 10001 argv" in logs and "ok   weights  /models/target" in logs
+        cmdline = subprocess.run([docker, "exec", name, "cat", "/proc/1/cmdline"], capture_output=True).stdout
+        environ = subprocess.run([docker, "exec", name, "cat", "/proc/1/environ"], capture_output=True).stdout
+        top = subprocess.run([docker, "top", name, "-eo", "pid,user,args"], capture_output=True, text=True)
+        assert b"sglang.launch_server" in cmdline and b"--config" in cmdline
+        assert "sglang.launch_server" in top.stdout, top
+        for seen in (cmdline.decode(), environ.decode(errors="replace"), top.stdout, logs):
+            assert key not in seen
     finally:
         subprocess.run([docker, "rm", "-f", name], capture_output=True)
 
@@ -190,14 +237,15 @@ def test_selfcheck_offline_passes_with_weights(docker: str, tag: str, models) ->
 
 
 def test_selfcheck_offline_fails_on_an_altered_image(docker: str, tag: str, models) -> None:
-    """Alter one patched file in a derived image (docker commit): the patch and parse checks fail."""
+    """Alter one patched file in a derived image (docker commit, as root: the image's own user cannot write
+    site-packages): the patch and parse checks fail."""
     raw = docker_run(docker, "--entrypoint", "cat", tag, "/opt/ddtree/patch-manifest/manifest.json")
     files = sorted(json.loads(raw.stdout)["files"])
     py = next(f for f in files if f.endswith(".py"))
     name = f"ddtree-alter-{int(time.time() * 1000)}"
     altered = f"{TEST_NAME}:altered-{name}"
     subprocess.run(
-        [docker, "run", "--name", name, "--network=none", "--entrypoint", "sh", tag, "-c",
+        [docker, "run", "--name", name, "--network=none", "--user", "0", "--entrypoint", "sh", tag, "-c",
          f"echo 'def broken(:' >> {SITE}/{py}"],
         capture_output=True, check=True,
     )  # fmt: skip

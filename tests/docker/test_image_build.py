@@ -146,8 +146,9 @@ def test_verify_inside_catches_a_tampered_tree(docker: str, ci_image: image.Imag
         f"echo '# tampered' >> {SITE}/{files[0]}" if files else f"rm {SITE}/.ddtree-patchset/manifest.json"
     )
     script = f"{tamper} && python -m ddtree.patchset verify --root {SITE}"
-    out = docker_run(docker, "--entrypoint", "bash", tag, "-c", script)
-    assert out.returncode != 0
+    # As root: the image's own user (uid 10001) cannot write site-packages, which is the point of it.
+    out = docker_run(docker, "--user", "0", "--entrypoint", "bash", tag, "-c", script)
+    assert out.returncode != 0 and "Permission denied" not in out.stderr
     assert (files[0] if files else "manifest") in out.stdout + out.stderr
 
 
@@ -179,6 +180,33 @@ def test_sbom_is_baked_and_summarised(docker: str, ci_image: image.ImageResult) 
     assert entry["status"] == "pass", entry
     assert entry["data"]["unhashed"] == [] and entry["data"]["distributions"] >= 4
     assert "moonshotai/Kimi-K2.6@unknown" in entry["data"]["models"]
+
+
+def test_tree_identity_is_labelled_and_selfcheck_full_catches_an_edit(
+    docker: str, ci_image: image.ImageResult
+) -> None:
+    """The build's tree digest is the label's and the baked file's; `selfcheck --offline --full` recomputes
+    it, passes on the image as built, and fails after an edit to a wheel's file and a stray file."""
+    tag = ci_image.image_id  # by id: another checkout's test run may move the shared tag meanwhile
+    digest = ci_image.labels["io.ddtree.tree.sha256"]
+    assert re.fullmatch(r"[0-9a-f]{64}", digest) and ci_image.build_args["TREE_SHA256"] == digest
+    baked = json.loads(
+        docker_run(docker, "--entrypoint", "cat", tag, "/opt/ddtree/tree-identity.json").stdout
+    )
+    assert baked["digest"] == digest and baked["files"] > 1000 and not baked["extra"]
+    full = ["selfcheck", "--offline", "--full", "--only", "tree", "--json"]
+    out = docker_run(docker, "--entrypoint", "ddtree", tag, *full)
+    assert out.stdout.startswith("{"), out.stdout + out.stderr
+    check = json.loads(out.stdout)["checks"][0]
+    assert out.returncode == 0 and check["status"] == "pass", check["detail"]
+    assert check["data"]["digest"] == digest
+    script = f"echo '# edited' >> {SITE}/yaml/__init__.py && touch {SITE}/stray.py && ddtree {' '.join(full)}"
+    out = docker_run(docker, "--user", "0", "--entrypoint", "bash", tag, "-c", script)  # the user cannot edit
+    check = json.loads(out.stdout)["checks"][0]
+    assert out.returncode == 1 and check["status"] == "fail"
+    [changed] = check["data"]["changed"]
+    assert re.fullmatch(r"yaml/__init__\.py \((?i:pyyaml)-6\.0\.3\.dist-info\)", changed), changed
+    assert check["data"]["extra"] == ["stray.py"] and "differs from the build's" in check["detail"]
 
 
 def test_rebuild_reuses_the_dependency_layer(
@@ -321,7 +349,10 @@ def test_compose_config_validates(docker: str, profile: str, tmp_path: Path) -> 
     assert {v["target"]: v.get("read_only") for v in service["volumes"]} == {
         "/models/target": True,
         "/models/drafter": True,
+        "/var/cache/ddtree-jit": None,  # the JIT caches' named volume, writable
     }
+    cache = next(v for v in service["volumes"] if v["target"] == "/var/cache/ddtree-jit")
+    assert cache["type"] == "volume" and cache["source"] in config["volumes"]
     assert service["environment"]["DDTREE_TARGET"] == profile
     assert service["deploy"]["resources"]["reservations"]["devices"][0]["count"] == -1  # "all"
 

@@ -15,7 +15,10 @@
 #      when a command crashed: bench exiting non-zero or printing a traceback; selfcheck --live printing a
 #      traceback, exiting other than 0/1, or printing no verdict. It exits 2 when the server never got ready.
 #      Server logs, bench results and both outputs land in $OUT/live. About 1.5-2.5 minutes.
-# usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|live|all]
+#   5. warm (tests/gpu/warm_start.py; not part of all): the tiny DDTREE server started three times with keyed
+#      JIT caches (ddtree.jit_cache): cold, the same image again (warm), a new image (cold again); time to
+#      ready and cache files per start in $OUT/warm/warm_start.json. About 3-5 minutes.
+# usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|live|warm|all]
 #   SMOKE_TP=2 (or 4): the smoke's servers run tensor-parallel over that many GPUs (the TP top-k merge).
 set -u
 export PYTHONPATH=$PWD/entrypoint:/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -47,5 +50,12 @@ if [ "$what" = all ] || [ "$what" = live ]; then
   rc=$((rc | lrc))
   echo "live: exit $lrc after $((SECONDS - t)) s"
   grep -hE "Traceback|Error|DDTREE|DFLASH draft runner|Capture cuda graph" "$OUT"/live/server-live-*.log 2>/dev/null | sort | uniq -c | head -20
+fi
+if [ "$what" = warm ]; then
+  t=$SECONDS
+  python3 tests/gpu/warm_start.py --out "$OUT/warm"
+  wrc=$?
+  rc=$((rc | wrc))
+  echo "warm: exit $wrc after $((SECONDS - t)) s"
 fi
 exit $rc

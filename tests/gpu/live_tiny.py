@@ -56,18 +56,13 @@ def bench_command(url: str, tokenizer_dir: Path, out: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def live_command(url: str) -> list[str]:
-    """`ddtree selfcheck --live` once, with the default reference (env/reference/results.yaml)."""
+def live_command(url: str, receipt: Path | None = None) -> list[str]:
+    """`ddtree selfcheck --live` once, with the default reference (env/reference/results.yaml); its receipt
+    goes to `receipt` (none when not given)."""
     return [
-        sys.executable,
-        "-m",
-        "ddtree.cli",
-        "selfcheck",
-        "--live",
-        url,
-        "--max-tokens",
-        str(LIVE_MAX_TOKENS),
-    ]
+        sys.executable, "-m", "ddtree.cli", "selfcheck", "--live", url,
+        "--max-tokens", str(LIVE_MAX_TOKENS), "--receipt", str(receipt or ""),
+    ]  # fmt: skip
 
 
 def bench_problem(rc: int, output: str) -> str | None:
@@ -163,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         rc, output = run_step("bench", bench_command(server.url, target, out / "bench"), out / "bench.txt")
         problems = [bench_problem(rc, output)]
-        rc, output = run_step("selfcheck --live", live_command(server.url), out / "live.txt")
+        rc, output = run_step(
+            "selfcheck --live", live_command(server.url, out / "receipt-live.json"), out / "live.txt"
+        )
         problems.append(live_problem(rc, output))
     finally:
         if server is not None:

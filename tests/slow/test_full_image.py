@@ -123,3 +123,20 @@ def test_a_later_make_image_reuses_it(full_image: dict) -> None:
     seconds = make_image(CACHE_DIR / "logs" / "make-image-again.log")
     assert image.inspect_image(TAG)["Id"] == full_image["image_id"]
     print(f"\nmake image again: {seconds:.1f} s")
+
+
+def test_whole_tree_identity_matches_the_label(full_image: dict) -> None:
+    """`selfcheck --offline --full`: every installed file against RECORD and the tree digest against the
+    label, on the full stack; its time goes to .cache/measurements/tree-identity.json (goal: under 15 s on
+    two idle cores; the scan's CPU time is in the report too)."""
+    start = time.monotonic()
+    report = _in_image("selfcheck", "--offline", "--full", "--only", "tree", "--json", entrypoint="ddtree")
+    seconds = time.monotonic() - start
+    check = json.loads(report.stdout)["checks"][0]
+    assert report.returncode == 0 and check["status"] == "pass", check["detail"]
+    assert check["data"]["digest"] == full_image["labels"]["io.ddtree.tree.sha256"]
+    record = {key: check["data"][key] for key in ("files", "bytes", "distributions", "patched", "seconds")}
+    atomic_write(CACHE_DIR / "measurements" / "tree-identity.json", json.dumps({**record, "wall_s": seconds}))
+    print(
+        f"\ntree identity: {record['files']} files, {record['bytes'] / 1e9:.1f} GB in {record['seconds']} s"
+    )

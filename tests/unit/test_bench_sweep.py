@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from ddtree import receipt
 from ddtree.bench.client import Client
 from ddtree.bench.prompts import PromptBuilder, ServerTokenizer, resolve_tokenizer
 from ddtree.cli import main
 from ddtree.errors import UserError
 
-from tests.unit.bench_double import DoubleConfig, serve
+from tests.unit.bench_double import DoubleConfig, send_body, serve
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -39,7 +44,12 @@ def sweep_argv(url: str, out: Path, *extra: str) -> list[str]:
 
 
 def generate_calls(server) -> int:
-    return sum(1 for path, _ in server.requests_seen if path == "/generate")
+    """Sweep requests (token ids); the receipt's greedy runs of the fixed text prompt are counted apart."""
+    return sum(1 for path, body in server.requests_seen if path == "/generate" and "input_ids" in body)
+
+
+def greedy_calls(server) -> list[dict]:
+    return [body for path, body in server.requests_seen if path == "/generate" and "text" in body]
 
 
 def test_sweep_writes_results_report_and_plots(tmp_path: Path, capsys) -> None:
@@ -49,7 +59,14 @@ def test_sweep_writes_results_report_and_plots(tmp_path: Path, capsys) -> None:
         assert main(sweep_argv(url, out)) == 0
         # 4 cells x (1 warm-up + 2 rounds) x concurrency
         assert generate_calls(server) == 2 * (3 * 1 + 3 * 4)
-        sent = [body for path, body in server.requests_seen if path == "/generate"]
+        sent = [body for path, body in server.requests_seen if path == "/generate" and "input_ids" in body]
+        greedy = greedy_calls(server)
+    # The receipt: two greedy runs of the fixed prompt, identical output, sealed and complete.
+    assert len(greedy) == receipt.GREEDY_RUNS and greedy[0]["text"] == receipt.PROMPT
+    assert {b["sampling_params"]["temperature"] for b in greedy} == {0.0}
+    document = json.loads((out / "receipt.json").read_text())
+    assert receipt.problems(document) == [] and document["verdict"] == "COMPLETE"
+    assert document["greedy"]["output_sha256"] and document["figures"]["ctx300-conc4"]["ttft_s"]["n"] == 8
     summary = json.loads((out / "results.json").read_text())
     assert summary["schema"] == "ddtree-bench/1" and summary["kind"] == "sweep"
     assert summary["server"]["version"] == "0.5.13.post1"
@@ -151,9 +168,84 @@ def test_bad_arguments_are_one_line_errors(tmp_path: Path, capsys) -> None:
     assert main(["bench", "--contexts", "60", "--out", str(tmp_path)]) == 1
     assert "--url is required" in capsys.readouterr().err
     assert main(["bench", "--url", "http://127.0.0.1:9", "--timeout", "2", "--out", str(tmp_path)]) == 1
-    assert "is the server up?" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "is the server up?" in err and "Connection refused" in err and err.count("\n") == 1
     with pytest.raises(SystemExit):
         main(["bench", "--url", "x", "--contexts", "60,abc"])
+
+
+@contextmanager
+def _answering(
+    status: int, content_type: str, body: bytes, seen: list[str | None] | None = None
+) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 that gives every GET the same answer (an error page, HTML...);
+    `seen` collects each request's Authorization header."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if seen is not None:
+                seen.append(self.headers.get("Authorization"))
+            send_body(self, status, content_type, body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("status", "content_type", "body", "said"),
+    [
+        (
+            500,
+            "text/plain",
+            b"Internal Server Error: CUDA out of memory",
+            "HTTP 500: 'Internal Server Error: CUDA",
+        ),
+        (
+            200,
+            "text/html",
+            b"<html><body>nginx welcome</body></html>",
+            "HTTP 200 but not JSON: '<html><body>nginx",
+        ),
+        (200, "application/json", b"[1, 2]", "HTTP 200 JSON list, not an object"),
+        (502, "text/plain", b"", "HTTP 502: (empty body)"),
+    ],
+)
+def test_bench_says_what_the_server_answered(
+    tmp_path: Path, capsys, status: int, content_type: str, body: bytes, said: str
+) -> None:
+    """HTTP 500, an HTML page or JSON of the wrong shape: the one line names the status and the body seen,
+    and nothing is written to --out."""
+    out = tmp_path / "bench-out"
+    with _answering(status, content_type, body) as url:
+        assert main(["bench", "--url", url, "--timeout", "5", "--out", str(out), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ddtree: error: --url ") and err.count("\n") == 1, err
+    assert f"GET /server_info -> {said}" in err
+    assert "GET /v1/models -> HTTP" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--timeout", "inf"), ("--timeout", "0"), ("--repeats", "-1"), ("--max-tokens", "nan"),
+     ("--warmup", "-1"), ("--temperature", "1e9"), ("--concurrency", "0,8")],
+)  # fmt: skip
+def test_numeric_options_are_range_checked(tmp_path: Path, capsys, option: str, value: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "--url", "http://127.0.0.1:9", option, value, "--out", str(tmp_path / "o")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: {value!r} is not" in err or f"argument {option}: {value!r}: expected" in err
+    assert "Traceback" not in err and not (tmp_path / "o").exists()
 
 
 def test_prompt_builder_is_exact_and_deterministic() -> None:
@@ -192,3 +284,17 @@ def test_cells_with_failed_requests_are_measured_again(tmp_path: Path, capsys) -
         config.fail_every = 0
         assert main(sweep_argv(url, out, "--no-plots")) == 0
     assert len(json.loads((out / "results.json").read_text())["cells"]) == 4
+
+
+def test_api_key_comes_from_the_environment_or_a_secret_file(tmp_path: Path, capsys, monkeypatch) -> None:
+    """No --api-key on the command line needed (a flag's value is public in `ps`): DDTREE_API_KEY_FILE."""
+    key_file = tmp_path / "api_key"
+    key_file.write_text("sk-from-a-secret-file\n")
+    monkeypatch.delenv("DDTREE_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("DDTREE_API_KEY_FILE", str(key_file))
+    seen: list[str | None] = []
+    with _answering(500, "text/plain", b"no", seen) as url:
+        assert main(["bench", "--url", url, "--timeout", "5", "--out", str(tmp_path / "o"), "--quiet"]) == 1
+    assert seen and set(seen) == {"Bearer sk-from-a-secret-file"}
+    assert "sk-from-a-secret-file" not in capsys.readouterr().err

@@ -59,6 +59,10 @@ def test_same_pin_twice_is_merged_and_marker_split_allowed() -> None:
         ("foo bar==1\n", "f.txt:1: malformed requirement 'foo bar==1'"),
         ("foo==1 --hash=md5:zz\n", "f.txt:1: malformed hash 'md5:zz'"),
         ("--index-url https://example.org/simple\n", "f.txt:1: option line"),
+        # A direct reference is judged as a URL, never called a local path.
+        ("foo @ https://example.org/foo-1.0-py3-none-any.whl\n", "f.txt:1: direct URL without a hash"),
+        ("foo[x] @ https://example.org/foo-1.0.tar.gz\n", "f.txt:1: direct URL without a hash"),
+        ("foo @ /opt/src/foo-1.0.whl\n", "f.txt:1: local path '/opt/src/foo-1.0.whl'"),
     ],
 )
 def test_bad_lines_have_clear_errors(text: str, message: str) -> None:
@@ -66,6 +70,12 @@ def test_bad_lines_have_clear_errors(text: str, message: str) -> None:
         parse_pins(text, "f.txt")
     assert message in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_direct_url_with_a_hash_is_a_pin() -> None:
+    url = "https://example.org/foo-1.0-py3-none-any.whl#sha256=" + "ab" * 32
+    (pin,) = parse_pins(f"foo @ {url}\n", "f.txt")
+    assert pin.name == "foo" and pin.url == url and pin.version is None
 
 
 def test_read_lock_requires_hashes_and_evaluates_markers(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ spec_verify_ct), with controlled token timing. The HTTP client, timing and verdi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import threading
@@ -150,8 +151,10 @@ def test_reproduced(expectation: live.Expectation) -> None:
     assert set(statuses(report).values()) == {"pass"}
     assert 140 < report.figures["decode_tok_s"] < 260
     assert report.figures["accept_length"] == 3.8 and report.figures["verify_ct"] == 16
-    # one warm-up, one measured request, both greedy through /generate
-    assert [r["sampling_params"]["max_new_tokens"] for r in behaviour.requests] == [16, 64]
+    # one warm-up, three measured requests (median and spread), all greedy through /generate
+    assert [r["sampling_params"]["max_new_tokens"] for r in behaviour.requests] == [16, 64, 64, 64]
+    assert report.figures["runs"] == 3 and report.figures["spread"]["decode_tok_s"]["n"] == 3
+    assert report.greedy["output_sha256"] == hashlib.sha256(b"x" * 64).hexdigest()
     assert all(r["sampling_params"]["temperature"] == 0.0 and r["stream"] for r in behaviour.requests)
     assert "verdict: REPRODUCED" in live.render_table(report)
 
@@ -234,7 +237,7 @@ def test_reference_without_figure(tmp_path: Path) -> None:
 def _cli(capsys, *args: str) -> tuple[int, str]:
     from ddtree import cli
 
-    code = cli.main(["selfcheck", *args])
+    code = cli.main(["selfcheck", *args, "--receipt", ""])
     return code, capsys.readouterr().out
 
 
@@ -251,6 +254,7 @@ def test_cli_live_json_reproduced(capsys) -> None:
         "live:generation",
         "live:decode_tok_s",
         "live:accept_length",
+        "live:greedy_output",
         "live:verdict",
     ]
     assert document["figures"]["verify_ct"] == 12

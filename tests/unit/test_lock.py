@@ -146,3 +146,23 @@ def test_real_lock_run_rewrites_the_ci_lock_identically(env_copy: Path, repo_roo
     body = lambda text: [line for line in text.splitlines() if not line.startswith("#")]  # noqa: E731
     assert body(fresh) == body(committed)
     assert _cli("--check", "--env-dir", str(env_copy), "--profile", "ci").returncode == 0
+
+
+@pytest.mark.parametrize("check", [True, False], ids=["check", "write"])
+def test_missing_or_unreadable_freeze_is_one_line(env_copy: Path, check: bool) -> None:
+    """No env/freeze.txt (or a folder in its place): one line naming it and what makes it, exit 1; no lock
+    is touched."""
+    locks = {p.name: p.read_bytes() for p in env_copy.glob("requirements-*.lock")}
+    mode = ["--check"] if check else []
+    (env_copy / "freeze.txt").unlink()
+    done = _cli(*mode, "--env-dir", str(env_copy))
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"ddtree-build: error: {env_copy / 'freeze.txt'}: not found; run `ddtree-build freeze` or "
+        "`ddtree-build import`\n"
+    )
+    (env_copy / "freeze.txt").mkdir()
+    done = _cli(*mode, "--env-dir", str(env_copy))
+    assert done.returncode == 1 and done.stderr.count("\n") == 1
+    assert "freeze.txt: is a folder, not a file" in done.stderr
+    assert {p.name: p.read_bytes() for p in env_copy.glob("requirements-*.lock")} == locks

@@ -121,7 +121,14 @@ def test_stages_have_banners_and_labels_come_last(fake_env: Path, base: str) -> 
     after_entrypoint = instructions[instructions.index('ENTRYPOINT ["ddtree", "serve"]') + 1 :]
     label_run = [item for item in after_entrypoint if item.startswith("RUN ")]
     assert len(label_run) == 1 and label_run[0].endswith("> /opt/ddtree/image-labels.json")
-    assert all(item.startswith(("ARG ", "LABEL ")) for item in after_entrypoint if item not in label_run)
+    assert all(
+        item.startswith(("ARG ", "LABEL ", "USER ")) for item in after_entrypoint if item not in label_run
+    )
+    # The server runs unprivileged: the last USER is the numeric non-root one, and no RUN follows it.
+    users = [i for i, item in enumerate(instructions) if item.startswith("USER ")]
+    assert [instructions[i] for i in users] == ["USER 10001:10001"]
+    assert not any(item.startswith("RUN ") for item in instructions[users[-1] :])
+    assert "useradd --uid 10001 --gid 10001 --create-home --home-dir /home/ddtree" in text
     # The JSON copy for the self-check carries exactly the LABEL's pairs, in order.
     run_pairs = re.findall(r'"([a-z][\w.-]+)" "([^"]*)"', label_run[0])
     assert run_pairs == re.findall(r'([a-z][\w.-]+)="([^"]*)"', instructions[-1])
@@ -283,7 +290,7 @@ def test_compose_services_carry_their_targets_environment() -> None:
         port, target_env = render._target_facts(target)
         assert service["profiles"] == [target]
         assert service["image"].endswith(f":{target}")
-        expected = {"DDTREE_TARGET": target, **dict(target_env)}
+        expected = {"DDTREE_TARGET": f"${{DDTREE_TARGET:-{target}}}", **dict(target_env)}
         assert {k: str(v) for k, v in service["environment"].items()} == expected
         assert service["ports"] == [f"${{DDTREE_HOST_PORT:-{port}}}:{port}"]
 
@@ -300,6 +307,7 @@ def test_compose_fetch_service() -> None:
     assert set(mounts) == {"/models/target", "/models/drafter"}
     assert not any(m.get("read_only") for m in mounts.values())
     assert mounts["/models/target"]["source"].startswith("${MODEL_DIR:?")
+    assert service["user"] == "0"  # writes host folders the image's user 10001 cannot
     from ddtree import cli
 
     parsed = cli.build_parser().parse_args(service["entrypoint"][1:] + service["command"])
@@ -322,3 +330,24 @@ def test_compose_shape() -> None:
         start = service["healthcheck"]["start_period"]
         assert start.endswith("m") and int(start[:-1]) >= 30, "a 600 GB load needs a long start period"
         assert service["restart"] == "unless-stopped"
+        cache = mounts["/var/cache/ddtree-jit"]
+        assert cache["type"] == "volume" and cache["source"] in compose["volumes"]
+
+
+def test_out_naming_a_folder_or_an_impossible_path_is_one_line(tmp_path: Path) -> None:
+    """`render --out DIR` (the real CLI, the checkout's env/): one line naming DIR, exit 1, DIR untouched."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("keep")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    for out, said in ((folder, "is a folder"), (blocker / "Dockerfile", "cannot be")):
+        done = subprocess.run(
+            [sys.executable, "-m", "ddtree_build.cli", "render", "--out", str(out)],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 1, done
+        assert done.stderr.startswith(f"ddtree-build: error: {out}") and done.stderr.count("\n") == 1
+        assert said in done.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["keep.txt"] and blocker.read_text() == "x"

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ddtree import router_cmd
+from ddtree import receipt, router_cmd
 from ddtree.bench.client import Client
 from ddtree.errors import UserError
 from ddtree.router import list_replicas, parse_workers
@@ -148,7 +148,7 @@ def test_bench_through_the_router_spreads_over_every_replica(tmp_path: Path) -> 
         assert rc == 0, output
         per_replica = [_generates(server) for _, server in doubles]
     assert all(n >= 2 for n in per_replica), per_replica  # round robin: 12 requests over 3 replicas
-    assert sum(per_replica) == 12
+    assert sum(per_replica) == 12 + receipt.GREEDY_RUNS  # the sweep's, then the receipt's greedy runs
     results = json.loads((out / "results.json").read_text())
     (cell,) = results["cells"]
     assert cell["metrics"]["requests"] == 12 and cell["metrics"]["errors"] == 0
@@ -216,7 +216,7 @@ def test_live_check_through_the_router_gives_each_replica_its_verdict(tmp_path: 
         urls = [good[0][0], plain_dflash[0], good[1][0]]
         router = stack.enter_context(running_router(urls, tmp_path))
         rc, output = _ddtree(["selfcheck", "--live", router, "--json", "--max-tokens", "64"], tmp_path)
-    document = json.loads(output[output.index("{") :])
+    document, _ = json.JSONDecoder().raw_decode(output, output.index("{"))  # stderr follows: receipt: ...
     verdicts = {r["url"]: r["verdict"] for r in document["replicas"]}
     assert verdicts[plain_dflash[0]] == "FAILED"
     assert {verdicts[good[0][0]], verdicts[good[1][0]]} <= {"REPRODUCED", "DEGRADED"}
@@ -235,8 +235,8 @@ def test_live_check_through_the_router_with_healthy_replicas(tmp_path: Path) -> 
         router = stack.enter_context(running_router([u for u, _ in doubles], tmp_path))
         rc, output = _ddtree(["selfcheck", "--live", router, "--max-tokens", "64"], tmp_path)
         generated = [_generates(server) for _, server in doubles]
-    # Each replica checked directly (warm-up + measured), and the router's two requests on top.
-    assert sum(generated) == 2 * 2 + 2, generated
+    # Each replica checked directly (warm-up + 3 measured runs, --runs' default), and the router's on top.
+    assert sum(generated) == 2 * (1 + 3) + (1 + 3), generated
     assert f"live self-check of {doubles[0][0]}" in output and f"live self-check of {doubles[1][0]}" in output
     assert "live:replicas" in output and "2 replicas" in output
     assert rc in (0, 1) and ("verdict: REPRODUCED" in output or "verdict: DEGRADED" in output), output

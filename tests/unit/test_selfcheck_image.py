@@ -175,8 +175,10 @@ def test_shm(base_env, tmp_path: Path) -> None:
     assert run(["shm"], base_env)["shm"].status == "skip"
     path = str(fake_nvidia_smi(tmp_path / "bin", [PRO6000_ROW] * 8))
     assert run(["shm"], {**base_env, "PATH": path})["shm"].status == "pass"
-    result = run(["shm"], {**base_env, "PATH": path, "DDTREE_MIN_SHM_GIB": "100000"})["shm"]
+    result = run(["shm"], {**base_env, "PATH": path, "DDTREE_MIN_SHM_GIB": "4000"})["shm"]
     assert result.status == "fail" and "--ipc=host" in result.detail
+    result = run(["shm"], {**base_env, "PATH": path, "DDTREE_MIN_SHM_GIB": "inf"})["shm"]
+    assert result.status != "pass" and "DDTREE_MIN_SHM_GIB 'inf' is not a number > 0" in result.detail
 
 
 @pytest.fixture

@@ -143,7 +143,10 @@ def test_secrets_masked(env_dir: Path, clean_env, capsys) -> None:
     assert run_serve(env_dir, "--dry-run", "--", "--admin-api-key=adminpw", "--tokenizer-path", token) == 0
     out = capsys.readouterr().out
     assert "supersecret123" not in out and "adminpw" not in out and token not in out
-    assert "--api-key **** \\" in out and "--admin-api-key=**** \\" in out and "--tokenizer-path ****" in out
+    assert "--tokenizer-path ****" in out  # a token-shaped value is masked wherever it is
+    # Both keys left the command line for the in-memory --config YAML.
+    assert "--api-key" not in out and "--admin-api-key" not in out
+    assert out.rstrip().endswith("    --config '<in-memory server-config.yaml: admin-api-key, api-key>'")
 
 
 def test_mask_env_value() -> None:
@@ -271,7 +274,7 @@ def test_gpu_failures_exit_1(rows, expected, env_dir, clean_env, models, tmp_pat
 
 def test_small_shm_exit_1(env_dir, clean_env, models, tmp_path, capsys) -> None:
     _prepare(clean_env, models, tmp_path, [PRO6000_ROW] * 8)
-    clean_env.setenv("DDTREE_MIN_SHM_GIB", "1000000")
+    clean_env.setenv("DDTREE_MIN_SHM_GIB", "4000")
     assert run_serve(env_dir) == 1
     assert "/dev/shm is " in capsys.readouterr().err
 
@@ -392,3 +395,116 @@ def test_real_profiles_dry_run(target: str, clean_env, capsys) -> None:
         "--tp 8",
     ):
         assert f"    {line} \\" in out or out.rstrip().endswith(f"    {line}"), line
+
+
+@pytest.mark.parametrize(
+    ("env", "extra", "expected"),
+    [
+        ({"DDTREE_TP": "0"}, [], "--tp '0' is not an integer >= 1 and <= 64: set DDTREE_TP"),
+        ({"DDTREE_TP": "-1"}, [], "--tp '-1' is not an integer >= 1"),
+        ({"DDTREE_TP": "eight"}, [], "--tp 'eight' is not an integer"),
+        ({"DDTREE_PORT": "70000"}, [], "--port '70000' is not an integer >= 1 and <= 65535: set DDTREE_PORT"),
+        ({"DDTREE_PORT": "abc"}, [], "--port 'abc' is not an integer"),
+        ({"DDTREE_EXTRA_ARGS": "--port abc"}, [], "--port 'abc' is not an integer"),
+        ({}, ["--", "--port", "abc"], "--port 'abc' is not an integer"),
+        ({}, ["--", "--port=0"], "--port '0' is not an integer"),
+        ({"DDTREE_EXTRA_ARGS": "--port"}, [], "--port needs a value"),
+        ({"DDTREE_EXTRA_ARGS": "--tp-size 3.5"}, [], "--tp-size '3.5' is not an integer"),
+        ({"DDTREE_EXTRA_ARGS": "--mem-fraction-static inf"}, [], "'inf' is not a number > 0"),
+        ({"DDTREE_EXTRA_ARGS": "--mem-fraction-static nan"}, [], "'nan' is not a number"),
+        ({}, ["--", "--speculative-ddtree-budget", "64"], "--speculative-ddtree-budget '64' is not"),
+        ({}, ["--", "--speculative-num-draft-tokens", "0"], "--speculative-num-draft-tokens '0' is not"),
+        ({}, ["--", "--model-path", "--tp", "8"], "--model-path needs a value"),
+        ({}, ["--", "--api-key"], "--api-key needs a value"),
+    ],
+)  # fmt: skip
+def test_bad_values_on_the_final_command_line_exit_2(
+    env_dir, clean_env, capsys, env, extra, expected
+) -> None:
+    """Wherever a value comes from, the final command line is checked before anything runs (dry run too)."""
+    clean_env.setenv("DDTREE_TARGET", "pro6000")
+    for name, value in env.items():
+        clean_env.setenv(name, value)
+    assert run_serve(env_dir, "--dry-run", *extra) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # nothing printed as if it would run
+    assert captured.err.count("\n") == 1 and captured.err.startswith("ddtree: error: "), captured.err
+    assert expected in captured.err
+
+
+def test_config_file_values_are_checked_too(env_dir, clean_env, tmp_path, capsys) -> None:
+    """SGLang reads --config values before the command line's: a bad number there is refused the same way."""
+    clean_env.setenv("DDTREE_TARGET", "pro6000")
+    config = tmp_path / "server.yaml"
+    config.write_text("cuda-graph-max-bs: -4\n")
+    assert run_serve(env_dir, "--dry-run", "--", "--config", str(config)) == 2
+    assert "--cuda-graph-max-bs '-4' is not an integer >= 1" in capsys.readouterr().err
+    config.write_text("- a list\n")
+    assert run_serve(env_dir, "--dry-run", "--", "--config", str(config)) == 2
+    assert "expected a mapping of option: value" in capsys.readouterr().err
+    assert run_serve(env_dir, "--dry-run", "--", "--config", str(tmp_path / "absent.yaml")) == 2
+    assert "absent.yaml: not found; --config names SGLang's YAML config file" in capsys.readouterr().err
+
+
+def test_user_config_and_secrets_merge_into_one_config(env_dir, clean_env, tmp_path, capsys) -> None:
+    """SGLang takes one --config: with a key to hide, the user's file is folded into the in-memory one."""
+    clean_env.setenv("DDTREE_TARGET", "pro6000")
+    clean_env.setenv("DDTREE_API_KEY", "k-123456")
+    config = tmp_path / "server.yaml"
+    config.write_text("enable-metrics: true\ncontext-length: 8192\n")
+    launch = serve.plan(dict(os.environ), None, str(env_dir), ["--config", str(config)])
+    assert "--config" not in launch.server_args and launch.secrets == {"api-key": "k-123456"}
+    assert launch.user_config == {"enable-metrics": True, "context-length": 8192}
+    assert launch.value("--context-length") == "8192"
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-1", "0", "abc", "5000"])
+def test_bad_shm_floor_exit_2_before_other_checks(
+    value, env_dir, clean_env, models, tmp_path, capsys
+) -> None:
+    _prepare(clean_env, models, tmp_path, [PRO6000_ROW] * 8)
+    clean_env.setenv("DDTREE_MIN_SHM_GIB", value)
+    assert run_serve(env_dir) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1  # refused before the weights were read
+    assert f"DDTREE_MIN_SHM_GIB {value!r} is not a number > 0 and <= 4096" in captured.err
+
+
+def test_tp_must_divide_the_visible_gpus(env_dir, clean_env, models, tmp_path, capsys) -> None:
+    _prepare(clean_env, models, tmp_path, [PRO6000_ROW] * 8)
+    clean_env.setenv("DDTREE_TP", "3")
+    assert run_serve(env_dir) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert (
+        "tensor parallel size 3 does not divide the 8 visible GPUs: set DDTREE_TP to one of 1, 2, 4, 8" in err
+    )
+
+
+def test_tp_must_divide_the_attention_heads(env_dir, clean_env, models, tmp_path, capsys) -> None:
+    import json
+
+    _prepare(clean_env, models, tmp_path, [PRO6000_ROW] * 8)
+    target, _ = models
+    config = json.loads((target / "config.json").read_text())
+    config["text_config"]["num_attention_heads"] = 6
+    (target / "config.json").write_text(json.dumps(config))
+    clean_env.setenv("DDTREE_TP", "4")
+    assert run_serve(env_dir) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "tensor parallel size 4 does not divide the model's 6 attention heads" in err
+    assert "set DDTREE_TP to one of 1, 2, 3, 6" in err
+
+
+def test_api_key_file_problems_are_one_line(env_dir, clean_env, tmp_path, capsys) -> None:
+    clean_env.setenv("DDTREE_TARGET", "pro6000")
+    clean_env.setenv("DDTREE_API_KEY_FILE", str(tmp_path / "absent"))
+    assert run_serve(env_dir, "--dry-run") == 2
+    err = capsys.readouterr().err
+    hint = "not found; DDTREE_API_KEY_FILE names the file holding the API key"
+    assert err == f"ddtree: error: {tmp_path / 'absent'}: {hint}\n"
+    (tmp_path / "empty").write_text("\n")
+    clean_env.setenv("DDTREE_API_KEY_FILE", str(tmp_path / "empty"))
+    assert run_serve(env_dir, "--dry-run") == 2
+    assert "empty: empty; DDTREE_API_KEY_FILE must hold the API key" in capsys.readouterr().err

@@ -84,6 +84,8 @@ def _set(data: dict, dotted: str, value: object) -> None:
             't.yaml: gpu.compute_capability: must be a quoted string like "12.0"',
         ),
         ("gpu.count", 0, "t.yaml: gpu.count: must be a positive integer"),
+        ("gpu.memory_gb", float("inf"), "t.yaml: gpu.memory_gb: must be a positive, finite number of GB"),
+        ("gpu.memory_gb", float("nan"), "t.yaml: gpu.memory_gb: must be a positive, finite number of GB"),
         ("gpu.vram", 1, "t.yaml: gpu.vram: unknown key"),
         ("interconnect", "infiniband", "t.yaml: interconnect: must be one of pcie, nvlink"),
         ("environment.NCCL_P2P_DISABLE", 1, "t.yaml: environment.NCCL_P2P_DISABLE: must be a quoted string"),
@@ -130,8 +132,14 @@ def test_reference_results(repo_root: Path) -> None:
 
 def test_reference_errors() -> None:
     base = {"schema": 1, "results": [{"id": "a", "output_tokens_per_s": {"min": 5, "max": 1}}]}
-    with pytest.raises(UserError, match=r"r.yaml: results\[0\].output_tokens_per_s: expected a number"):
+    with pytest.raises(
+        UserError, match=r"r.yaml: results\[0\].output_tokens_per_s: expected a finite number"
+    ):
         validate_reference(base, "r.yaml")
+    for bad in (float("inf"), float("nan"), -1, {"min": 1, "max": float("inf")}):
+        data = {"schema": 1, "results": [{"id": "a", "acceptance_length": bad}]}
+        with pytest.raises(UserError, match=r"results\[0\].acceptance_length: expected a finite number >= 0"):
+            validate_reference(data, "r.yaml")
     with pytest.raises(UserError, match=r"r.yaml: results\[0\]: no figure"):
         validate_reference({"schema": 1, "results": [{"id": "a"}]}, "r.yaml")
 

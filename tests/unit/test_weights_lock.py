@@ -276,6 +276,18 @@ def test_serve_loads_the_locked_snapshot_of_a_cache_mount(served, locked) -> Non
     assert command[command.index("--model-path") + 1] == str(snapshot)
 
 
+def test_serve_command_has_the_locked_snapshot_and_the_in_memory_config(served, locked) -> None:
+    """Both at once: the cache mount replaced by its locked snapshot, the API key only in --config."""
+    path, _, _ = locked
+    environ = _serve_env(path, served["cache"], served["drafter"], DDTREE_API_KEY="sk-merge-test-key")
+    launch = serve.plan(environ)
+    command = launch.server_command("/tmp/ddtree-serve-x/server-config.yaml")
+    assert command[command.index("--model-path") + 1] == str(served["cache"] / "snapshots" / REV_A)
+    assert command[-2:] == ["--config", "/tmp/ddtree-serve-x/server-config.yaml"]
+    assert not any("sk-merge-test-key" in arg for arg in command)
+    assert "sk-merge-test-key" in launch.secrets.values()
+
+
 def test_serve_refuses_unlocked_weights_unless_allowed(served, locked) -> None:
     path, _, copy = locked
     config = copy / "config.json"

@@ -145,13 +145,20 @@ class Client:
             conn.close()
 
     def get_json(self, route: str, timeout: float = 10.0) -> Any | None:
+        return self.get_json_answer(route, timeout)[0]
+
+    def get_json_answer(self, route: str, timeout: float = 10.0) -> tuple[Any | None, str]:
+        """(decoded JSON or None, what the server answered in a few words): messages say what came back
+        (no connection, HTTP 500 and its body, a page that is not JSON), not only that nothing useful did."""
         status, body = self.get_text(route, timeout)
+        if status == 0:
+            return None, f"GET {route}: no answer ({body})"
         if status != 200:
-            return None
+            return None, f"GET {route} -> HTTP {status}: {_snippet(body)}"
         try:
-            return json.loads(body)
+            return json.loads(body), f"GET {route} -> HTTP 200 JSON"
         except json.JSONDecodeError:
-            return None
+            return None, f"GET {route} -> HTTP 200 but not JSON: {_snippet(body)}"
 
     def post_json(self, route: str, payload: dict[str, Any], timeout: float | None = None) -> Any:
         """POST JSON and decode the JSON answer; a non-200 answer raises RuntimeError with its body."""
@@ -256,6 +263,12 @@ class Client:
         """A non-streaming request; returns the server's JSON answer (used by HumanEval)."""
         route, body = self.build_payload(req, stream=False)
         return self.post_json(route, body)
+
+
+def _snippet(body: str, width: int = 120) -> str:
+    """A body on one line, cut short: enough to recognise an error page or a traceback's last words."""
+    text = " ".join(body.split())
+    return repr(text if len(text) <= width else text[:width] + "...") if text else "(empty body)"
 
 
 def iter_sse(resp: http.client.HTTPResponse) -> Iterator[str]:

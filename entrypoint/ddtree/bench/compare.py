@@ -84,10 +84,25 @@ def load_json(path: Path) -> dict[str, Any]:
         raise UserError(f"{path}: not found; give a results.json written by `ddtree bench`") from exc
     except (OSError, json.JSONDecodeError) as exc:
         raise UserError(f"{path}: not readable JSON ({exc})") from exc
+    data = _unwrap_receipt(data, path)
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("ddtree-bench/"):
         raise UserError(f"{path}: not a `ddtree bench` result (no schema ddtree-bench/1)")
     data["_path"] = str(path)
     return data
+
+
+def _unwrap_receipt(data: Any, path: Path) -> Any:
+    """A bench receipt's results, once its digest proves it unedited (the image is `receipt verify`'s job)."""
+    from ddtree import receipt
+
+    if not receipt.is_receipt(data):
+        return data
+    edited = [p for p in receipt.problems(data) if p.startswith("edited")]
+    if edited:
+        raise UserError(f"{path}: receipt {edited[0]}; measure again rather than edit a receipt")
+    if data.get("kind") != "bench" or not isinstance(data.get("results"), dict):
+        raise UserError(f"{path}: a {data.get('kind')} receipt; compare takes `ddtree bench` receipts")
+    return data["results"]
 
 
 def run_from(data: dict[str, Any], mode: str | None = None) -> Run:

@@ -1,4 +1,4 @@
-"""What the server is: SGLang version, speculative settings, model, image labels, Prometheus gauges.
+"""What the server is: SGLang version, speculative settings, model, Prometheus gauges.
 
 Results are only comparable when they say what produced them, so every run records this next to its
 numbers, and a resumed run refuses to mix cells from a different server configuration.
@@ -7,14 +7,11 @@ numbers, and a resumed run refuses to mix cells from a different server configur
 from __future__ import annotations
 
 import json
-import os
 import re
-from pathlib import Path
 from typing import Any
 
 from ddtree.bench.client import Client
 from ddtree.errors import UserError
-from ddtree.fsutil import sha256_file
 from ddtree.router import Replica, list_replicas
 
 # /server_info keys worth keeping (the full dump is large and holds paths and ports).
@@ -36,12 +33,32 @@ SERVER_KEYS = (
     "disable_radix_cache",
 )
 
-IMAGE_LABEL_FILES = ("/opt/ddtree/image-labels.json",)
-
 
 def fetch_server_info(client: Client) -> Any | None:
     """The server's info dump: /server_info, else the deprecated /get_server_info (0.5.13.post1 has both)."""
-    return client.get_json("/server_info") or client.get_json("/get_server_info")
+    return server_info_answer(client)[0]
+
+
+def server_info_answer(client: Client) -> tuple[Any | None, str]:
+    """(the info dump or None, what /server_info answered): the reason names the status and body seen."""
+    info, answer = client.get_json_answer("/server_info")
+    if isinstance(info, dict):
+        return info, answer
+    if info is not None:
+        answer = f"GET /server_info -> HTTP 200 JSON {type(info).__name__}, not an object"
+    fallback = client.get_json("/get_server_info")
+    return (fallback if isinstance(fallback, dict) else None), answer
+
+
+def server_settings(raw: dict[str, Any]) -> dict[str, Any]:
+    """The kept SERVER_KEYS of an info dump, and the speculative/DFlash/DDTree settings."""
+    kept = {key: raw[key] for key in SERVER_KEYS if key in raw}
+    kept["speculative"] = {
+        key: value
+        for key, value in raw.items()
+        if key.startswith("speculative_") or "ddtree" in key.lower() or "dflash" in key.lower()
+    }
+    return kept
 
 
 def probe_server(client: Client) -> dict[str, Any]:
@@ -51,17 +68,10 @@ def probe_server(client: Client) -> dict[str, Any]:
     if replicas is not None:
         return probe_router(client, replicas)
     info: dict[str, Any] = {"url": client.url, "kind": "unknown"}
-    raw = fetch_server_info(client)
+    raw, info_answer = server_info_answer(client)
     if isinstance(raw, dict):
         info["kind"] = "sglang"
-        for key in SERVER_KEYS:
-            if key in raw:
-                info[key] = raw[key]
-        info["speculative"] = {
-            key: value
-            for key, value in raw.items()
-            if key.startswith("speculative_") or "ddtree" in key.lower() or "dflash" in key.lower()
-        }
+        info.update(server_settings(raw))
         accept = [
             state.get("avg_spec_accept_length")
             for state in raw.get("internal_states") or []
@@ -72,11 +82,13 @@ def probe_server(client: Client) -> dict[str, Any]:
     model_info = client.get_json("/model_info") or client.get_json("/get_model_info")
     if isinstance(model_info, dict):
         info["model_info"] = {k: model_info.get(k) for k in ("model_path", "tokenizer_path", "model_type")}
-    models = client.get_json("/v1/models")
+    models, models_answer = client.get_json_answer("/v1/models")
     if isinstance(models, dict) and models.get("data"):
         info["model_id"] = models["data"][0].get("id")
         if info["kind"] == "unknown":
             info["kind"] = "openai"
+    if info["kind"] == "unknown":
+        info["answers"] = [info_answer, models_answer]
     info["mode"] = speculative_mode(info)
     return info
 
@@ -177,41 +189,3 @@ def scrape_accept_length(client: Client) -> float | None:
         return None
     positive = [v for v in gauge if v > 0]
     return sum(positive) / len(positive) if positive else None
-
-
-def image_facts(labels_file: str | None = None) -> dict[str, Any]:
-    """What image this runs in: its labels when a file holds them, and facts the image carries.
-
-    Inside a container the OCI labels are not visible, so they come from a JSON file: --image-labels
-    (e.g. `docker inspect IMAGE > labels.json` on the host), $DDTREE_IMAGE_LABELS, or a file the image
-    bakes (IMAGE_LABEL_FILES). Inside the image, DDTREE_TARGET and the sha256 of the baked freeze and
-    patch manifest identify it too. Outside any image this is {} (recorded as unknown).
-    """
-    facts: dict[str, Any] = {}
-    candidates = (
-        [labels_file] if labels_file else [os.environ.get("DDTREE_IMAGE_LABELS", ""), *IMAGE_LABEL_FILES]
-    )
-    for candidate in candidates:
-        if not candidate or not Path(candidate).is_file():
-            continue
-        try:
-            data = json.loads(Path(candidate).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            if labels_file:
-                raise UserError(f"--image-labels {candidate}: not JSON ({exc})") from exc
-            continue
-        if isinstance(data, list) and data and isinstance(data[0], dict):  # docker inspect
-            data = (data[0].get("Config") or {}).get("Labels") or {}
-        if isinstance(data, dict):
-            facts.update(labels=data, labels_source=candidate)
-            break
-    if os.environ.get("DDTREE_TARGET"):
-        facts["target"] = os.environ["DDTREE_TARGET"]
-        env_dir = Path(os.environ.get("DDTREE_ENV_DIR", "/opt/ddtree/env"))
-        for key, path in (
-            ("freeze_sha256", env_dir / "freeze.txt"),
-            ("patch_manifest_sha256", Path("/opt/ddtree/patch-manifest/manifest.json")),
-        ):
-            if path.is_file():
-                facts[key] = sha256_file(path)
-    return facts

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from ddtree.errors import run_command
+from ddtree.errors import run_cli
 from ddtree.patchset.verify import verify as verify_tree
 
 
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_command("ddtree.patchset", build_parser().parse_args(argv))
+    return run_cli("ddtree.patchset", build_parser, argv)
 
 
 if __name__ == "__main__":

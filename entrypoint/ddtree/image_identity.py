@@ -1,0 +1,125 @@
+"""Which image this is: its labels, a short identity key over them, and the weights lock.
+
+One answer for receipts (ddtree.receipt) and for the JIT cache folder (ddtree.jit_cache). Inside a
+container the OCI labels are not visible, so they come from the JSON the build bakes
+(/opt/ddtree/image-labels.json, or $DDTREE_IMAGE_LABELS); on the host from `docker image inspect REF`.
+Both give the same labels for the same image, so both give the same key.
+
+The key is sha256 over the sorted `io.ddtree.*` labels plus the VCS revision: the target, SGLang, Python,
+CUDA, the freeze, the patch series and the whole-tree digest (io.ddtree.tree.sha256). Labels a base image
+brings along (an OCI label the build does not set) never enter it, so `docker inspect` and the baked file
+agree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ddtree.errors import UserError
+from ddtree.weights_lock import default_lock_path, lock_identity
+
+LABEL_FILES = (Path("/opt/ddtree/image-labels.json"), Path("/etc/ddtree/image-labels.json"))
+KEY_PREFIX = "io.ddtree."
+KEY_EXTRA = ("org.opencontainers.image.revision",)
+
+
+def labels_from_json(data: Any, source: str) -> tuple[dict[str, str], str | None]:
+    """(labels, image config id or None) from a labels dict or `docker image inspect` output."""
+    image_id = None
+    if isinstance(data, list) and data and isinstance(data[0], dict):
+        image_id = data[0].get("Id")
+        data = (data[0].get("Config") or {}).get("Labels") or {}
+    if not isinstance(data, dict):
+        raise UserError(f"{source}: not a labels object or `docker image inspect` output")
+    return {str(k): str(v) for k, v in data.items()}, image_id
+
+
+def read_labels_file(path: Path) -> tuple[dict[str, str], str | None]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UserError(
+            f"{path}: not readable JSON ({exc}); give the baked labels or `docker inspect` output"
+        ) from exc
+    return labels_from_json(data, str(path))
+
+
+def local_labels(
+    environ: Mapping[str, str] | None = None, labels_file: str | Path | None = None
+) -> tuple[Path | None, dict[str, str], str | None]:
+    """(source, labels, config id) of the image this runs in; (None, {}, None) outside any image."""
+    environ = os.environ if environ is None else environ
+    candidates = [Path(labels_file)] if labels_file else []
+    if not labels_file and environ.get("DDTREE_IMAGE_LABELS"):
+        candidates.append(Path(environ["DDTREE_IMAGE_LABELS"]))
+    candidates += [] if labels_file else list(LABEL_FILES)
+    for path in candidates:
+        if path.is_file():
+            labels, image_id = read_labels_file(path)
+            return path, labels, image_id
+    if labels_file:
+        raise UserError(f"{labels_file}: no such file; give `docker image inspect IMAGE > FILE` output")
+    return None, {}, None
+
+
+def docker_labels(ref: str, docker: str = "docker") -> tuple[dict[str, str], str | None]:
+    """(labels, config id) of a local image, through `docker image inspect` (on the host)."""
+    try:
+        done = subprocess.run([docker, "image", "inspect", ref], capture_output=True, text=True, timeout=60)
+    except FileNotFoundError as exc:
+        raise UserError(
+            f"--image {ref}: no docker client here; run this on the host, or pass --labels with "
+            "`docker image inspect` output",
+            exit_code=2,
+        ) from exc
+    if done.returncode != 0:
+        reason = (done.stderr.strip().splitlines() or ["no answer"])[0]
+        raise UserError(f"--image {ref}: docker image inspect failed ({reason})", exit_code=2)
+    return labels_from_json(json.loads(done.stdout), f"docker image inspect {ref}")
+
+
+def identity_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in sorted(labels.items()) if k.startswith(KEY_PREFIX) or k in KEY_EXTRA}
+
+
+def identity_key(labels: Mapping[str, str]) -> str | None:
+    """sha256 hex over the identifying labels; None when there are none (not a ddtree image)."""
+    chosen = identity_labels(labels)
+    if not chosen:
+        return None
+    return hashlib.sha256(json.dumps(chosen, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def weights_lock(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """The weights lock the server checks against ($DDTREE_WEIGHTS_LOCK, else env/weights.yaml): its path
+    and ddtree.weights_lock's identity (`sha256:HEX`, as the SBOM records it); None when there is no lock.
+    Receipts record it under image.weights_lock."""
+    environ = os.environ if environ is None else environ
+    path = default_lock_path(environ)
+    if not path.is_file():
+        return None
+    return {"path": str(path), "identity": lock_identity(path)}
+
+
+def describe(
+    environ: Mapping[str, str] | None = None, labels_file: str | Path | None = None
+) -> dict[str, Any]:
+    """Everything a receipt records about the image: labels, key, config id, digests, the weights lock."""
+    source, labels, image_id = local_labels(environ, labels_file)
+    return {
+        "key": identity_key(labels),
+        "config_digest": image_id,
+        "labels_source": str(source) if source else None,
+        "labels": labels,
+        "target": labels.get("io.ddtree.target"),
+        "patches_sha256": labels.get("io.ddtree.patches.sha256"),
+        "freeze_sha256": labels.get("io.ddtree.freeze.sha256"),
+        "tree_sha256": labels.get("io.ddtree.tree.sha256"),
+        "weights_lock": weights_lock(environ),
+    }

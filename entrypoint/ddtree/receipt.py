@@ -1,0 +1,322 @@
+"""Receipts: a verdict or a benchmark that says which image, host and server produced it.
+
+`ddtree selfcheck --live` and `ddtree bench` write one (JSON). It names the image (ddtree.image_identity:
+labels, identity key, config id when known, patch series, freeze, tree digest, weights lock), the host's
+GPUs, the server's settings, the figures (median and spread over the runs), the sha256 of the greedy output
+of the fixed prompt (PROMPT below, GREEDY_TOKENS tokens at temperature 0), the checks with their status,
+and `digest`: sha256 over the canonical JSON of everything else.
+
+`ddtree receipt verify FILE [--image REF | --labels FILE]` rejects (exit 1), one line per reason:
+    edited       the digest does not match the content (an edit after writing, or a damaged file)
+    checks       a check this kind of receipt requires is missing or did not pass
+    image        the receipt's image identity differs from REF's (`docker image inspect` on the host),
+                 from the --labels file, or, without either, from the image this command runs in
+The digest is integrity, not a signature: it catches edits and mix-ups, not someone who recomputes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import platform
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ddtree import __version__, gpu, image_identity
+from ddtree.errors import UserError
+from ddtree.fsutil import atomic_write
+
+SCHEMA = "ddtree-receipt/1"
+KINDS = ("live", "bench")
+# Checks a receipt of each kind must carry, each with status "pass", for `verify` to accept it.
+REQUIRED_CHECKS: dict[str, tuple[str, ...]] = {
+    "live": (
+        "health",
+        "server_info",
+        "settings",
+        "generation",
+        "decode_tok_s",
+        "accept_length",
+        "greedy_output",
+    ),
+    "bench": ("sweep", "greedy_output"),
+}
+# The fixed greedy prompt: the live check's own (a coding task, where DFlash drafts are accepted most).
+PROMPT = (
+    "Write a Python function `merge_intervals(intervals)` that merges overlapping closed intervals and "
+    "returns them sorted. Include a docstring and three doctest examples, then explain its complexity.\n"
+)
+GREEDY_TOKENS = 256
+# Greedy runs of PROMPT a bench receipt makes (identical outputs prove deterministic decoding).
+GREEDY_RUNS = 2
+EXIT_VALID, EXIT_REJECTED = 0, 1  # a receipt that cannot be read or an image that cannot be inspected: 2
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def canonical(document: Mapping[str, Any]) -> bytes:
+    """The bytes the digest covers: sorted keys, no whitespace, the digest field left out."""
+    body = {k: v for k, v in document.items() if k != "digest"}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def content_digest(document: Mapping[str, Any]) -> str:
+    return "sha256:" + hashlib.sha256(canonical(document)).hexdigest()
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def greedy_record(
+    texts: Sequence[str], max_tokens: int, output_tokens: int | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the receipt's `greedy` block, the greedy_output check) from the outputs of repeated greedy runs of
+    PROMPT: identical texts are the proof that greedy decoding is deterministic here."""
+    record = {
+        "prompt_sha256": sha256_text(PROMPT),
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "output_tokens": output_tokens,
+        "output_sha256": sha256_text(texts[0]) if texts and texts[0] else None,
+        "runs": len(texts),
+    }
+    if not texts or not texts[0]:
+        return record, check_row(
+            "greedy_output", "fail", "the server returned no text (started with --skip-tokenizer-init?)"
+        )
+    if len(set(texts)) > 1:
+        shas = sorted({sha256_text(t)[:12] for t in texts})
+        return record, check_row(
+            "greedy_output", "fail", f"greedy output differs between {len(texts)} runs ({', '.join(shas)})"
+        )
+    return record, check_row(
+        "greedy_output", "pass", f"sha256 {record['output_sha256'][:16]} ({len(texts)} identical run(s))"
+    )
+
+
+def check_row(name: str, status: str, detail: str) -> dict[str, str]:
+    return {"name": name, "status": status, "detail": detail}
+
+
+def host_facts(runner: gpu.Runner = gpu.run_nvidia_smi) -> dict[str, Any]:
+    """The GPUs nvidia-smi lists here (names, driver, count); the reason when it cannot answer."""
+    facts: dict[str, Any] = {"machine": platform.machine(), "kernel": platform.release()}
+    try:
+        gpus = gpu.query_gpus(runner)
+    except UserError as exc:
+        return {**facts, "gpu_count": 0, "gpus": [], "driver": None, "gpu_error": str(exc)}
+    return {
+        **facts,
+        "gpu_count": len(gpus),
+        "gpus": sorted({g.name for g in gpus}),
+        "compute_capabilities": sorted({g.compute_cap for g in gpus}),
+        "driver": gpus[0].driver_version,
+    }
+
+
+def build(
+    kind: str,
+    *,
+    server: Mapping[str, Any],
+    figures: Mapping[str, Any],
+    greedy: Mapping[str, Any],
+    checks: Sequence[Mapping[str, str]],
+    verdict: str,
+    image: Mapping[str, Any] | None = None,
+    host: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A complete receipt with its digest; image and host default to what is here."""
+    if kind not in KINDS:
+        raise ValueError(f"receipt kind {kind!r} is not one of {KINDS}")
+    document: dict[str, Any] = {
+        "schema": SCHEMA,
+        "kind": kind,
+        "created": now_iso(),
+        "tool": f"ddtree {__version__}",
+        "image": dict(image if image is not None else image_identity.describe()),
+        "host": dict(host if host is not None else host_facts()),
+        "server": dict(server),
+        "figures": dict(figures),
+        "greedy": dict(greedy),
+        "checks": [dict(c) for c in checks],
+        "verdict": verdict,
+        **(extra or {}),
+    }
+    document["digest"] = content_digest(document)
+    return document
+
+
+def from_live(report: Any) -> dict[str, Any]:
+    """The receipt of a `selfcheck --live` run (a ddtree.live.LiveReport)."""
+    statuses = {"warn": "fail"}  # a degraded figure is a failed check in a receipt
+    return build(
+        "live",
+        server={"url": report.url, **report.server},
+        figures=report.figures,
+        greedy=report.greedy,
+        checks=[check_row(c.name, statuses.get(c.status, c.status), c.detail) for c in report.checks],
+        verdict=report.verdict,
+        extra={"expected": report.expected},
+    )
+
+
+def from_bench(
+    summary: Mapping[str, Any],
+    greedy: Mapping[str, Any],
+    greedy_check: Mapping[str, str],
+    missing: Sequence[str],
+    labels_file: str | None = None,
+) -> dict[str, Any]:
+    """The receipt of a `ddtree bench` sweep: per cell median and spread, the results it summarises."""
+    figures = {
+        f"ctx{c['context']}-conc{c['concurrency']}": {
+            metric: (c.get("metrics") or {}).get(metric)
+            for metric in (
+                "per_request_tok_s",
+                "aggregate_tok_s",
+                "ttft_s",
+                "accept_length",
+                "accept_length_weighted",
+            )
+        }
+        for c in summary.get("cells") or []
+    }
+    incomplete = [
+        f"ctx{c['context']}-conc{c['concurrency']}"
+        for c in summary.get("cells") or []
+        if not c.get("complete")
+    ]
+    gaps = [*missing, *incomplete]
+    sweep = (
+        check_row("sweep", "fail", f"cells not measured or incomplete: {', '.join(gaps)}")
+        if gaps
+        else check_row(
+            "sweep",
+            "pass",
+            f"{len(figures)} cell(s) measured, {summary['settings']['repeats']} round(s) each",
+        )
+    )
+    server = summary.get("server") or {}
+    return build(
+        "bench",
+        server=server,
+        figures=figures,
+        greedy=greedy,
+        checks=[sweep, dict(greedy_check)],
+        verdict="COMPLETE" if not gaps else "INCOMPLETE",
+        image=image_identity.describe(labels_file=labels_file),
+        extra={"results": {k: v for k, v in summary.items() if not k.startswith("_")}},
+    )
+
+
+def write(path: Path, document: Mapping[str, Any]) -> Path:
+    atomic_write(
+        Path(path), json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n", mode=0o644
+    )
+    return Path(path)
+
+
+def load(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise UserError(
+            f"{path}: not found; give a receipt written by `ddtree selfcheck --live` or `ddtree bench`", 2
+        ) from exc
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{path}: not readable JSON ({exc})") from exc
+    if not is_receipt(data):
+        raise UserError(f"{path}: not a ddtree receipt (no schema {SCHEMA})")
+    return data
+
+
+def is_receipt(data: Any) -> bool:
+    return isinstance(data, dict) and data.get("schema") == SCHEMA
+
+
+def problems(document: Mapping[str, Any], expected_labels: Mapping[str, str] | None = None) -> list[str]:
+    """Every reason to reject the receipt, one line each (empty: valid). `expected_labels` are the labels
+    of the image it must come from (None: the image is not compared)."""
+    found = []
+    stated = document.get("digest")
+    if stated != content_digest(document):
+        found.append(
+            f"edited: content digest {content_digest(document)[:23]} is not the recorded {str(stated)[:23]}"
+        )
+    kind = document.get("kind")
+    if kind not in KINDS:
+        found.append(f"checks: unknown receipt kind {kind!r}")
+    else:
+        rows = {row.get("name"): row for row in document.get("checks") or [] if isinstance(row, dict)}
+        for name in REQUIRED_CHECKS[kind]:
+            row = rows.get(name)
+            if row is None:
+                found.append(f"checks: required check {name!r} is missing")
+            elif row.get("status") != "pass":
+                found.append(f"checks: required check {name!r} is {row.get('status')}: {row.get('detail')}")
+    if expected_labels is not None:
+        want = image_identity.identity_key(expected_labels)
+        image = document.get("image") or {}
+        have = image.get("key")
+        if want is None:
+            found.append("image: the expected image has no io.ddtree labels (not a ddtree image)")
+        elif have != want:
+            mine = image_identity.identity_labels(image.get("labels") or {})
+            theirs = image_identity.identity_labels(expected_labels)
+            diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+            found.append(
+                f"image: made by image {str(have)[:12]}, not {want[:12]}"
+                + (f" (labels differ: {', '.join(diff[:4])})" if diff else "")
+            )
+    return found
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    document = load(Path(args.file))
+    expected: dict[str, str] | None
+    against: str
+    if args.image:
+        expected, image_id = image_identity.docker_labels(args.image)
+        recorded = (document.get("image") or {}).get("config_digest")
+        against = f"image {args.image}" + (f" ({image_id[:19]})" if image_id else "")
+        if recorded and image_id and recorded != image_id:
+            print(f"note: config digest {recorded[:19]} recorded, {image_id[:19]} now (the labels decide)")
+    elif args.labels:
+        expected, _ = image_identity.read_labels_file(Path(args.labels))
+        against = f"labels {args.labels}"
+    else:
+        source, labels, _ = image_identity.local_labels()
+        expected = labels if source else None
+        against = f"this image ({source})" if source else "no image (pass --image REF to compare)"
+    found = problems(document, expected)
+    for line in found:
+        print(f"REJECTED: {line}")
+    verdict = "REJECTED" if found else "VALID"
+    print(
+        f"receipt {args.file}: {verdict} ({document.get('kind')}, verdict {document.get('verdict')}, "
+        f"image {str((document.get('image') or {}).get('key'))[:12]}; compared with {against})"
+    )
+    return EXIT_REJECTED if found else EXIT_VALID
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("receipt", help="verify a receipt from `selfcheck --live` or `bench`")
+    sub = parser.add_subparsers(dest="receipt_command", metavar="SUBCOMMAND", required=True)
+    verify = sub.add_parser(
+        "verify", help="reject a receipt edited after writing, missing a check, or from another image"
+    )
+    verify.add_argument("file", help="the receipt JSON")
+    where = verify.add_mutually_exclusive_group()
+    where.add_argument("--image", metavar="REF", help="the image it must come from (docker image inspect)")
+    where.add_argument("--labels", metavar="FILE", help="that image's labels (`docker image inspect` output)")
+    verify.set_defaults(func=_cmd_verify)
