@@ -504,7 +504,6 @@ def main(argv: list[str] | None = None) -> int:
         if problem:
             print(f"stress: cannot run here: {problem}")
             return 2
-    os.environ.update(STRESS_ENV)
     settings = dataclasses.replace(
         smoke.settings_from_profile(PROFILE),
         tp=args.tp,
@@ -525,6 +524,7 @@ def main(argv: list[str] | None = None) -> int:
         ddtree = ServerRun(*plan.run(Client(args.ddtree_url), "ddtree"))
         plain = ServerRun(*plain_work(Client(args.baseline_url)))
     else:
+        os.environ.update(STRESS_ENV)  # both servers inherit it
         work = Path(tempfile.mkdtemp(prefix="ddtree-stress-"))
         try:
             target, drafter = smoke.write_models(work / "models", settings)
