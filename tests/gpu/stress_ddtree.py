@@ -12,8 +12,8 @@ one server at a time, each with CUDA graphs on, a small KV pool (--max-total-tok
 first with DDTREE (the pro6000 profile's block size, budget, top-k and 2048-token drafter window), then
 without speculation. Each server gets, in order:
 - phase "mixed": 32 concurrent requests, prompts of 5..3000 tokens (8 past the drafter window), max_new_tokens
-  1..300 (1, 2, 3, B-1, B, B+1 included: cuts inside an accepted path), greedy; 4 of them aborted mid-stream
-  through /abort_request;
+  1..300 (1, 2, 3, B-1, B, B+1 included: cuts inside an accepted path), greedy; 4 of them streamed and aborted
+  through /abort_request after their second chunk;
 - phase "stop": the same 32 again, 12 with a stop string taken from the middle of DDTREE's phase-mixed output
   (two printable bytes), so generation stops inside an accepted path;
 - phase "long": 4 concurrent greedy requests of 2400 new tokens (one prompt past the window);
@@ -42,14 +42,13 @@ import re
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from ddtree import smoke
-from ddtree.bench.client import Client
+from ddtree.bench.client import Client, iter_sse
 
 PROFILE = "pro6000"
 REQUESTS = 32
@@ -57,6 +56,7 @@ PAST_WINDOW = 8  # prompts longer than the drafter window
 MIN_PROMPT, MAX_PROMPT = 5, 3000
 MAX_NEW = 300
 ABORTED = 4
+ABORT_AFTER_EVENTS = 2  # chunks received before the abort: the request is mid-stream
 STOPPED = 12
 LONG_REQUESTS, LONG_NEW = 4, 2400
 KV_POOL_TOKENS = 12288  # holds the largest request (about 4500 tokens) but not 32 at once: retraction
@@ -83,7 +83,7 @@ class StressRequest:
     prompt: list[int]
     max_new_tokens: int
     sampled: bool = False
-    abort_after_s: float | None = None
+    abort: bool = False
     stop: str | None = None
 
     def payload(self, rid: str) -> dict[str, Any]:
@@ -129,7 +129,7 @@ def max_new_tokens_mix(rng: random.Random, block_size: int) -> list[int]:
 
 
 def mixed_requests(seed: int, window: int, block_size: int, vocab: int, tp: int) -> list[StressRequest]:
-    """Phase "mixed": the 32 requests; the ABORTED with the most new tokens are aborted after 0.3..1.5 s."""
+    """Phase "mixed": the 32 requests; the ABORTED with the most new tokens are aborted mid-stream."""
     rng = random.Random(seed)
     lengths = prompt_lengths(rng, window)
     news = max_new_tokens_mix(rng, block_size)
@@ -143,7 +143,7 @@ def mixed_requests(seed: int, window: int, block_size: int, vocab: int, tp: int)
                 prompt=[rng.randrange(vocab) for _ in range(length)],
                 max_new_tokens=new,
                 sampled=tp > 1 and i % 2 == 1,
-                abort_after_s=round(rng.uniform(0.3, 1.5), 2) if i in aborted else None,
+                abort=i in aborted,
             )
         )
     return out
@@ -169,7 +169,7 @@ def stop_requests(mixed: list[StressRequest], answers: dict[str, Answer]) -> lis
     for req in mixed:
         answer = answers.get(req.name)
         stop = None
-        if given < STOPPED and not req.sampled and req.abort_after_s is None and answer and answer.output_ids:
+        if given < STOPPED and not req.sampled and not req.abort and answer and answer.output_ids:
             stop = stop_string_from(answer.output_ids)
             given += stop is not None
         out.append(dataclasses.replace(req, stop=stop))
@@ -237,20 +237,10 @@ def _post(client: Client, route: str, payload: dict[str, Any], timeout: float) -
         conn.close()
 
 
-def send(client: Client, req: StressRequest, rid: str) -> Answer:
-    """One /generate call; an abort timer (if any) posts /abort_request for `rid` meanwhile."""
-    timer = None
-    if req.abort_after_s is not None:
-        timer = threading.Timer(req.abort_after_s, _post, (client, "/abort_request", {"rid": rid}, 30.0))
-        timer.start()
-    try:
-        status, body = _post(client, "/generate", req.payload(rid), REQUEST_TIMEOUT_S)
-    finally:
-        if timer is not None:
-            timer.cancel()
-    if status != 200:
-        return Answer(error=f"HTTP {status}: {body[:300]}")
-    data = json.loads(body)
+def answer_from(data: dict[str, Any]) -> Answer:
+    """An Answer from /generate's JSON (a whole answer, or a stream's last event)."""
+    if "error" in data:
+        return Answer(error=json.dumps(data["error"])[:300])
     meta = data.get("meta_info", {})
     finish = meta.get("finish_reason") or {}
     accept = meta.get("spec_accept_length")
@@ -259,6 +249,40 @@ def send(client: Client, req: StressRequest, rid: str) -> Answer:
         finish=finish.get("type") if isinstance(finish, dict) else str(finish),
         accept_length=float(accept) if accept is not None else None,
     )
+
+
+def send(client: Client, req: StressRequest, rid: str) -> Answer:
+    """One /generate call (streamed and aborted mid-stream when the request says so)."""
+    if req.abort:
+        return send_and_abort(client, req, rid)
+    status, body = _post(client, "/generate", req.payload(rid), REQUEST_TIMEOUT_S)
+    if status != 200:
+        return Answer(error=f"HTTP {status}: {body[:300]}")
+    return answer_from(json.loads(body))
+
+
+def send_and_abort(client: Client, req: StressRequest, rid: str) -> Answer:
+    """Stream the request; once ABORT_AFTER_EVENTS chunks have arrived, POST /abort_request for its rid and
+    read the stream to its end (SGLang closes it with finish_reason abort)."""
+    conn = client.endpoint.connect(REQUEST_TIMEOUT_S)
+    last: dict[str, Any] = {}
+    try:
+        payload = json.dumps({**req.payload(rid), "stream": True})
+        conn.request("POST", client.endpoint.path("/generate"), payload, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            return Answer(error=f"HTTP {resp.status}: {resp.read()[:300].decode('utf-8', 'replace')}")
+        for events, data in enumerate(iter_sse(resp), start=1):
+            if data.strip() == "[DONE]":
+                break
+            last = json.loads(data)
+            if events == ABORT_AFTER_EVENTS:
+                _post(client, "/abort_request", {"rid": rid}, 30.0)
+    except (OSError, http.client.HTTPException, json.JSONDecodeError) as exc:
+        return Answer(error=f"{type(exc).__name__}: {exc}")
+    finally:
+        conn.close()
+    return answer_from(last) if last else Answer(error="the stream ended without an event")
 
 
 def run_phase(client: Client, label: str, phase: str, requests: list[StressRequest]) -> dict[str, Answer]:
@@ -316,7 +340,7 @@ def divergent_prefixes(
     for phase, requests in phases.items():
         for req in requests:
             dd, pl = ddtree[phase][req.name], plain[phase][req.name]
-            if req.abort_after_s is not None or req.sampled or not dd.output_ids or not pl.output_ids:
+            if req.abort or req.sampled or not dd.output_ids or not pl.output_ids:
                 continue
             at = first_divergence(dd.output_ids, pl.output_ids)
             if at is not None and at < min(len(dd.output_ids), len(pl.output_ids)):
@@ -336,7 +360,7 @@ def compare_phase(
     unfinished, equal, compared, noise, bugs = [], 0, 0, [], []
     for req in requests:
         dd, pl = ddtree[req.name], plain[req.name]
-        if req.abort_after_s is not None:
+        if req.abort:
             continue
         for server, answer in (("ddtree", dd), ("plain", pl)):
             if answer.error is not None or answer.finish not in ("length", "stop"):
@@ -461,11 +485,12 @@ def judge(plan: Plan, ddtree: ServerRun, plain: ServerRun, gaps: dict[GapKey, fl
     verdict.check(
         stopped >= STOPPED // 2, f"stop: {stopped} requests carried a stop string from DDTREE's output"
     )
-    aborted = [
-        r.name for r in plan.mixed if r.abort_after_s is not None and ddtree.answers["mixed"][r.name].aborted
-    ]
-    verdict.lines.append(
-        f"info {len(aborted)}/{ABORTED} abort calls cut a DDTREE request mid-stream: {aborted}"
+    cut = {r.name: ddtree.answers["mixed"][r.name] for r in plan.mixed if r.abort}
+    missed = {n: (a.finish, a.error, len(a.output_ids or [])) for n, a in cut.items() if not a.aborted}
+    verdict.check(
+        not missed,
+        f"mixed: {len(cut) - len(missed)}/{len(cut)} DDTREE requests aborted mid-stream"
+        + (f"; not cut: {missed}" if missed else ""),
     )
     refused = ddtree.refusal.error or ""
     verdict.check(

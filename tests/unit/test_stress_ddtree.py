@@ -34,7 +34,7 @@ def test_request_mix_covers_lengths_cuts_and_aborts() -> None:
     assert len(reqs) == 32 and min(lengths) == 5 and max(lengths) == 3000
     assert sum(n > 2048 for n in lengths) == 8, "several prompts past the drafter window"
     assert {1, 2, 3, 7, 8, 9, 300} <= set(news) and all(1 <= n <= 300 for n in news)
-    aborted = [r for r in reqs if r.abort_after_s is not None]
+    aborted = [r for r in reqs if r.abort]
     assert len(aborted) == 4 and min(r.max_new_tokens for r in aborted) >= sorted(news)[-5]
     assert not any(r.sampled for r in reqs)
     assert stress.mixed_requests(7, 2048, 8, smoke.REAL_TOKENS, tp=1) == reqs, "seeded"
@@ -58,9 +58,7 @@ def test_stop_strings_are_printable_pairs_near_the_middle() -> None:
     answers = {r.name: stress.Answer(output_ids=[200, 65, 66, 201], finish="length") for r in reqs}
     stops = stress.stop_requests(reqs, answers)
     given = [r for r in stops if r.stop is not None]
-    assert len(given) == 12 and all(
-        r.stop == "AB" and not r.sampled and r.abort_after_s is None for r in given
-    )
+    assert len(given) == 12 and all(r.stop == "AB" and not r.sampled and not r.abort for r in given)
 
 
 def test_first_divergence_and_top2_gap() -> None:
@@ -91,7 +89,7 @@ def test_log_checks() -> None:
 
 def test_compare_phase_judges_divergences_by_their_gap() -> None:
     reqs = [stress.StressRequest(f"r{i}", [1, 2], 4) for i in range(4)]
-    reqs.append(stress.StressRequest("cut", [1], 300, abort_after_s=0.5))
+    reqs.append(stress.StressRequest("cut", [1], 300, abort=True))
     plain = {r.name: stress.Answer(output_ids=[3, 4, 5], finish="length") for r in reqs}
     ddtree = dict(plain)
     ddtree["r1"] = stress.Answer(output_ids=[3, 9, 5], finish="length")
@@ -130,7 +128,7 @@ def test_context_noise_touches_only_attention_and_mlp(tmp_path: Path) -> None:
 
 
 class _Generate(BaseHTTPRequestHandler):
-    """/generate and /abort_request of a fake SGLang whose model walks CYCLE greedily (token id = byte)."""
+    """/generate (whole or streamed) and /abort_request of a fake SGLang that walks CYCLE greedily."""
 
     protocol_version = "HTTP/1.1"
     server: _Double
@@ -151,28 +149,45 @@ class _Generate(BaseHTTPRequestHandler):
             )
             send_body(self, 400, "application/json", json.dumps({"error": {"message": message}}).encode())
             return
-        cur, out, finish = body["input_ids"][-1], [], "length"
+        if body.get("stream"):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for event in self._walk(body, params):
+                raw = f"data: {json.dumps(event)}\n\n".encode()
+                self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
+                self.wfile.flush()
+            raw = b"data: [DONE]\n\n"
+            self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n0\r\n\r\n")
+            return
+        *_, answer = self._walk(body, params)
+        send_body(self, 200, "application/json", json.dumps(answer).encode())
+
+    def _walk(self, body: dict, params: dict) -> Iterator[dict]:
+        """One event per 4 tokens (a verify step), cumulative output_ids, the last with its finish reason."""
+        cur, out, finish = body["input_ids"][-1], [], None
         stop = (params.get("stop") or [None])[0]
-        for _ in range(params["max_new_tokens"]):
-            if body.get("rid") in self.server.aborted:
-                finish = "abort"
-                break
-            cur = CYCLE[cur] if cur < smoke.REAL_TOKENS else 0
-            out.append(cur)
-            if len(out) in self.server.corrupt_at:
-                out[-1] = (out[-1] + 1) % smoke.REAL_TOKENS
-            if stop and bytes(t for t in out if t < 128).decode("latin-1").endswith(stop):
-                finish = "stop"
-                break
-            if len(out) <= 200:  # 1.6 s: longer than the latest abort (1.5 s), so every abort cuts
-                time.sleep(0.008)
-        meta = {
-            "finish_reason": {"type": finish},
-            "spec_accept_length": 3.5 if self.server.refuses_penalties else None,
-        }
-        if body.get("return_logprob"):
-            meta["output_top_logprobs"] = [[[-0.01, out[0], None], [-2.0, 17, None]]]
-        send_body(self, 200, "application/json", json.dumps({"output_ids": out, "meta_info": meta}).encode())
+        while finish is None:
+            time.sleep(0.002)
+            for _ in range(4):
+                if body.get("rid") in self.server.aborted:
+                    finish = "abort"
+                    break
+                cur = CYCLE[cur] if cur < smoke.REAL_TOKENS else 0
+                out.append((cur + 1) % smoke.REAL_TOKENS if len(out) + 1 in self.server.corrupt_at else cur)
+                text = bytes(t for t in out if t < 128).decode("latin-1")
+                if stop and text.endswith(stop):
+                    finish = "stop"
+                elif len(out) == params["max_new_tokens"]:
+                    finish = "length"
+                if finish:
+                    break
+            meta = {"finish_reason": {"type": finish} if finish else None}
+            meta["spec_accept_length"] = 3.5 if self.server.refuses_penalties else None
+            if finish and body.get("return_logprob"):
+                meta["output_top_logprobs"] = [[[-0.01, out[0], None], [-2.0, 17, None]]]
+            yield {"output_ids": list(out), "meta_info": meta}
 
 
 class _Double(ThreadingHTTPServer):
@@ -211,7 +226,7 @@ def test_whole_run_against_servers_already_up(tmp_path: Path, corrupt: bool, cap
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["passed"] is (not corrupt) and rc == (1 if corrupt else 0), printed
     assert "ok   stop: " in printed and "ddtree refuses frequency_penalty: HTTP 400" in printed
-    assert "info 4/4 abort calls cut a DDTREE request" in printed
+    assert "ok   mixed: 4/4 DDTREE requests aborted mid-stream" in printed
     if corrupt:
         bugs = summary["bug_divergences"]
         assert bugs and all(b["index"] == 40 and b["gap"] == pytest.approx(1.99) for b in bugs), bugs
