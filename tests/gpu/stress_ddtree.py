@@ -15,7 +15,8 @@ without speculation. Each server gets, in order:
   1..300 (1, 2, 3, B-1, B, B+1 included: cuts inside an accepted path), greedy; 4 of them streamed and aborted
   through /abort_request after their second chunk;
 - phase "stop": the same 32 again, 12 with a stop string taken from the middle of DDTREE's phase-mixed output
-  (two printable bytes), so generation stops inside an accepted path;
+  (two printable bytes), so generation stops inside an accepted path (servers that only come up with
+  --skip-tokenizer-init match no stop strings: then the second byte's id is a stop_token_ids entry);
 - phase "long": 4 concurrent greedy requests of 2400 new tokens (one prompt past the window);
 - a request with frequency_penalty: DDTREE must answer 400 with its one-line refusal, plain decoding 200.
 With --tp 2 every server is tensor-parallel and the odd requests sample (temperature 0.8, top-p 0.9): those
@@ -84,13 +85,16 @@ class StressRequest:
     max_new_tokens: int
     sampled: bool = False
     abort: bool = False
-    stop: str | None = None
+    stop: str | None = None  # a stop string, or with stop_as_token its last byte's token id
+    stop_as_token: bool = False  # servers without a tokenizer (--skip-tokenizer-init) match no stop strings
 
     def payload(self, rid: str) -> dict[str, Any]:
         params: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "temperature": 0.0}
         if self.sampled:
             params.update(SAMPLED)
-        if self.stop is not None:
+        if self.stop is not None and self.stop_as_token:
+            params["stop_token_ids"] = [ord(self.stop[-1])]
+        elif self.stop is not None:
             params["stop"] = [self.stop]
         return {"input_ids": self.prompt, "sampling_params": params, "rid": rid}
 
@@ -163,7 +167,9 @@ def stop_string_from(output_ids: list[int]) -> str | None:
     return None
 
 
-def stop_requests(mixed: list[StressRequest], answers: dict[str, Answer]) -> list[StressRequest]:
+def stop_requests(
+    mixed: list[StressRequest], answers: dict[str, Answer], as_token: bool = False
+) -> list[StressRequest]:
     """Phase "stop": the mixed requests again; STOPPED greedy unaborted ones get a stop from `answers`."""
     out, given = [], 0
     for req in mixed:
@@ -172,7 +178,7 @@ def stop_requests(mixed: list[StressRequest], answers: dict[str, Answer]) -> lis
         if given < STOPPED and not req.sampled and not req.abort and answer and answer.output_ids:
             stop = stop_string_from(answer.output_ids)
             given += stop is not None
-        out.append(dataclasses.replace(req, stop=stop))
+        out.append(dataclasses.replace(req, stop=stop, stop_as_token=as_token))
     return out
 
 
@@ -424,6 +430,7 @@ class ServerRun:
     refusal: Answer
     log: str | None = None
     alive: bool = True
+    skipped_tokenizer: bool = False
 
 
 class Plan:
@@ -438,10 +445,12 @@ class Plan:
     def phases(self) -> dict[str, list[StressRequest]]:
         return {"mixed": self.mixed, "stop": self.stops, "long": self.longs}
 
-    def run(self, client: Client, label: str) -> tuple[dict[str, dict[str, Answer]], Answer]:
+    def run(
+        self, client: Client, label: str, text_stops: bool = True
+    ) -> tuple[dict[str, dict[str, Answer]], Answer]:
         got = {"mixed": run_phase(client, label, "mixed", self.mixed)}
         if not self.stops:
-            self.stops = stop_requests(self.mixed, got["mixed"])
+            self.stops = stop_requests(self.mixed, got["mixed"], as_token=not text_stops)
         got["stop"] = run_phase(client, label, "stop", self.stops)
         got["long"] = run_phase(client, label, "long", self.longs)
         payload = StressRequest("penalty", self.mixed[0].prompt[:32], 8).payload(f"{label}-penalty")
@@ -451,18 +460,42 @@ class Plan:
                            f"HTTP {status}: {body[:300]}")  # fmt: skip
 
 
-def launched(label: str, mode_args: list[str], target: Path, settings: smoke.SmokeSettings, out: Path, work):
-    """Start one server, run work(client) -> (answers, refusal) on it, stop it: a ServerRun with its log."""
-    log_path = out / f"server-stress-{label}.log"
-    server = smoke.Server(target, mode_args, log_path, settings, skip_tokenizer_init=False)
-    try:
-        ready = server.wait_ready()
-        print(f"  {label}: ready after {ready:.0f} s", flush=True)
-        answers, refusal = work(server.client)
-        alive = server.proc.poll() is None
-    finally:
-        server.stop()
-    return ServerRun(answers, refusal, log_path.read_text(errors="replace"), alive)
+def launched(
+    label: str,
+    mode_args: list[str],
+    target: Path,
+    settings: smoke.SmokeSettings,
+    out: Path,
+    work,
+    skip_choices: tuple[bool, ...] = (False, True),
+) -> ServerRun:
+    """Start one server (with the tokenizer, else with --skip-tokenizer-init), run
+    work(client, with_tokenizer) -> (answers, refusal) on it, stop it: a ServerRun with its log."""
+    for skip in skip_choices:
+        log_path = out / f"server-stress-{label}{'-skip-tokenizer' if skip else ''}.log"
+        server = smoke.Server(target, mode_args, log_path, settings, skip_tokenizer_init=skip)
+        try:
+            ready = server.wait_ready()
+        except RuntimeError as exc:
+            server.stop()
+            if skip == skip_choices[-1]:
+                raise
+            print(
+                f"  {label}: not ready with the tokenizer, again with --skip-tokenizer-init: {exc}",
+                flush=True,
+            )
+            continue
+        try:
+            print(
+                f"  {label}: ready after {ready:.0f} s{' (--skip-tokenizer-init)' if skip else ''}",
+                flush=True,
+            )
+            answers, refusal = work(server.client, not skip)
+            alive = server.proc.poll() is None
+        finally:
+            server.stop()
+        return ServerRun(answers, refusal, log_path.read_text(errors="replace"), alive, skip)
+    raise RuntimeError(f"{label}: no way to start the server was given")
 
 
 def judge(plan: Plan, ddtree: ServerRun, plain: ServerRun, gaps: dict[GapKey, float | None]) -> Verdict:
@@ -538,9 +571,11 @@ def main(argv: list[str] | None = None) -> int:
     plan = Plan(args.seed, settings, args.tp)
     gaps: dict[GapKey, float | None] = {}
 
-    def plain_work(client: Client) -> tuple[dict[str, dict[str, Answer]], Answer]:
+    def plain_work(
+        client: Client, with_tokenizer: bool = True
+    ) -> tuple[dict[str, dict[str, Answer]], Answer]:
         """The plan, then the gap at every divergence from DDTREE's outputs, while this server is up."""
-        answers, refusal = plan.run(client, "plain")
+        answers, refusal = plan.run(client, "plain", with_tokenizer)
         for key, (prompt, prefix) in divergent_prefixes(plan.phases(), ddtree.answers, answers).items():
             gaps[key] = divergence_gap(client, prompt, prefix)
         return answers, refusal
@@ -559,8 +594,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"{settings.block_size}, budget {settings.budget}, top-k {settings.topk}, window "
                   f"{settings.window}, KV pool {KV_POOL_TOKENS}, env {STRESS_ENV}", flush=True)  # fmt: skip
             ddtree_args = smoke.mode_args("ddtree", drafter, settings)
-            ddtree = launched("ddtree", ddtree_args, target, settings, out, lambda c: plan.run(c, "ddtree"))
-            plain = launched("plain", [], target, settings, out, plain_work)
+            ddtree = launched(
+                "ddtree", ddtree_args, target, settings, out, lambda c, t: plan.run(c, "ddtree", t)
+            )
+            # the plain server the same way: stop strings need a tokenizer on both sides
+            plain = launched("plain", [], target, settings, out, plain_work, (ddtree.skipped_tokenizer,))
         except (RuntimeError, OSError) as exc:  # a server that never got ready: its log tail says why
             print(f"stress: FAIL: {exc}")
             return 1

@@ -246,3 +246,47 @@ def test_urls_go_together(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exit_info:
         stress.main(["--out", str(tmp_path), "--ddtree-url", "http://127.0.0.1:1"])
     assert exit_info.value.code == 2
+
+
+def test_stop_as_token_when_the_servers_have_no_tokenizer() -> None:
+    req = stress.StressRequest("r", [1], 9, stop="AB")
+    assert req.payload("x")["sampling_params"]["stop"] == ["AB"]
+    params = stress.dataclasses.replace(req, stop_as_token=True).payload("x")["sampling_params"]
+    assert params["stop_token_ids"] == [66] and "stop" not in params
+
+
+def test_a_server_that_needs_skip_tokenizer_init_is_started_again_that_way(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """smoke.Server is MOCKED (a real one needs SGLang on a GPU): with the tokenizer it never gets ready."""
+    started: list[bool] = []
+
+    class FakeServer:
+        def __init__(self, target, args, log_path, settings, skip_tokenizer_init):
+            started.append(skip_tokenizer_init)
+            self.skip, self.client = skip_tokenizer_init, "client"
+            self.proc = type("P", (), {"poll": staticmethod(lambda: None)})
+            log_path.write_text("#retracted_reqs: 1\n")
+
+        def wait_ready(self) -> float:
+            if not self.skip:
+                raise RuntimeError("server exited with code 1")
+            return 1.0
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(stress.smoke, "Server", FakeServer)
+    seen: list[bool] = []
+    run = stress.launched(
+        "ddtree",
+        [],
+        tmp_path,
+        stress.smoke.SmokeSettings(),
+        tmp_path,
+        lambda c, t: (seen.append(t), ({}, None))[1],
+    )
+    assert started == [False, True] and seen == [False]
+    assert run.skipped_tokenizer and run.alive and stress.retractions(run.log) == 1
+    with pytest.raises(RuntimeError):
+        stress.launched("plain", [], tmp_path, stress.smoke.SmokeSettings(), tmp_path, None, (False,))
