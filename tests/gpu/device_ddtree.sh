@@ -25,6 +25,7 @@
 # usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|live|all|stress]
 #   SMOKE_TP=2 (or 4): the smoke's servers run tensor-parallel over that many GPUs (the TP top-k merge).
 #   STRESS_TP=2: the stress servers run tensor-parallel, and the odd requests sample (T 0.8, top-p 0.9).
+#   STRESS_ARGS="--budget 4": more stress_ddtree.py flags (--budget 4: block size 8 > budget + 1).
 set -u
 export PYTHONPATH=$PWD/entrypoint:/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -58,7 +59,7 @@ if [ "$what" = all ] || [ "$what" = live ]; then
 fi
 if [ "$what" = stress ]; then
   t=$SECONDS
-  python3 tests/gpu/stress_ddtree.py --out "$OUT/stress" --tp "${STRESS_TP:-1}"
+  python3 tests/gpu/stress_ddtree.py --out "$OUT/stress" --tp "${STRESS_TP:-1}" ${STRESS_ARGS:-}
   src=$?
   rc=$((rc | src))
   echo "stress: exit $src after $((SECONDS - t)) s"

@@ -19,6 +19,7 @@ without speculation. Each server gets, in order:
   --skip-tokenizer-init match no stop strings: then the second byte's id is a stop_token_ids entry);
 - phase "long": 4 concurrent greedy requests of 2400 new tokens (one prompt past the window);
 - a request with frequency_penalty: DDTREE must answer 400 with its one-line refusal, plain decoding 200.
+--budget 4 makes the DFlash block (8) larger than budget + 1, the case that once ran the drafter out of KV.
 With --tp 2 every server is tensor-parallel and the odd requests sample (temperature 0.8, top-p 0.9): those
 are checked for a clean finish only.
 
@@ -549,6 +550,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size of both servers (1, 2 or 4)")
     parser.add_argument("--noise", type=float, default=0.03, help="std of the target's attention/MLP weights")
     parser.add_argument("--seed", type=int, default=2121)
+    parser.add_argument(
+        "--budget",
+        type=int,
+        help="DDTREE budget instead of the profile's (e.g. 4: block size 8 > budget + 1)",
+    )
     parser.add_argument("--baseline-url", help="a plain-decoding server already up (needs --ddtree-url)")
     parser.add_argument("--ddtree-url", help="a DDTREE server already up (needs --baseline-url)")
     args = parser.parse_args(argv)
@@ -562,8 +568,10 @@ def main(argv: list[str] | None = None) -> int:
         if problem:
             print(f"stress: cannot run here: {problem}")
             return 2
+    profile = smoke.settings_from_profile(PROFILE)
     settings = dataclasses.replace(
-        smoke.settings_from_profile(PROFILE),
+        profile,
+        budget=args.budget or profile.budget,
         tp=args.tp,
         launch_timeout_s=LAUNCH_TIMEOUT_S,
         extra_server_args=("--max-total-tokens", str(KV_POOL_TOKENS)),
@@ -611,6 +619,8 @@ def main(argv: list[str] | None = None) -> int:
         "passed": verdict.ok,
         "tp": args.tp,
         "noise": args.noise,
+        "block_size": settings.block_size,
+        "budget": settings.budget,
         "seconds": round(time.monotonic() - begin),
         "checks": verdict.lines,
         "noise_divergences": verdict.noise,
