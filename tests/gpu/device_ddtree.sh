@@ -25,7 +25,8 @@
 # usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|live|all|stress]
 #   SMOKE_TP=2 (or 4): the smoke's servers run tensor-parallel over that many GPUs (the TP top-k merge).
 #   STRESS_TP=2: the stress servers run tensor-parallel, and the odd requests sample (T 0.8, top-p 0.9).
-#   STRESS_ARGS="--budget 4": more stress_ddtree.py flags (--budget 4: block size 8 > budget + 1).
+#   STRESS_ARGS="--budget 4": more stress_ddtree.py flags (--budget 4: block size 8 > budget + 1;
+#   --algorithm DFLASH: the same stress on upstream DFlash, to tell whose bug a failure is).
 set -u
 export PYTHONPATH=$PWD/entrypoint:/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}

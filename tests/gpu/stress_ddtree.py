@@ -19,7 +19,8 @@ without speculation. Each server gets, in order:
   --skip-tokenizer-init match no stop strings: then the second byte's id is a stop_token_ids entry);
 - phase "long": 4 concurrent greedy requests of 2400 new tokens (one prompt past the window);
 - a request with frequency_penalty: DDTREE must answer 400 with its one-line refusal, plain decoding 200.
---budget 4 makes the DFlash block (8) larger than budget + 1, the case that once ran the drafter out of KV.
+--budget 4 makes the DFlash block (8) larger than budget + 1, the case that once ran the drafter out of KV;
+--algorithm DFLASH runs the same stress on upstream DFlash, to tell whose fault a failure is.
 With --tp 2 every server is tensor-parallel and the odd requests sample (temperature 0.8, top-p 0.9): those
 are checked for a clean finish only.
 
@@ -499,10 +500,18 @@ def launched(
     raise RuntimeError(f"{label}: no way to start the server was given")
 
 
-def judge(plan: Plan, ddtree: ServerRun, plain: ServerRun, gaps: dict[GapKey, float | None]) -> Verdict:
-    """Every check of the module docstring."""
+def judge(
+    plan: Plan,
+    ddtree: ServerRun,
+    plain: ServerRun,
+    gaps: dict[GapKey, float | None],
+    algorithm: str = "DDTREE",
+) -> Verdict:
+    """Every check of the module docstring. `ddtree` is the speculative server; under --algorithm DFLASH it
+    gets no refusal or greedy-fallback checks (DFLASH serves penalties and may fall back)."""
     verdict = Verdict()
-    for label, run, speculative in (("ddtree", ddtree, True), ("plain", plain, False)):
+    is_ddtree = algorithm == "DDTREE"
+    for label, run, speculative in ((algorithm.lower(), ddtree, is_ddtree), ("plain", plain, False)):
         if run.log is None:
             continue
         verdict.check(run.alive, f"{label}: server alive after every phase")
@@ -527,9 +536,12 @@ def judge(plan: Plan, ddtree: ServerRun, plain: ServerRun, gaps: dict[GapKey, fl
         + (f"; not cut: {missed}" if missed else ""),
     )
     refused = ddtree.refusal.error or ""
-    verdict.check(
-        "HTTP 400" in refused and REFUSAL in refused, f"ddtree refuses frequency_penalty: {refused}"
-    )
+    if is_ddtree:
+        verdict.check(
+            "HTTP 400" in refused and REFUSAL in refused, f"ddtree refuses frequency_penalty: {refused}"
+        )
+    else:
+        verdict.lines.append(f"info {algorithm} answers frequency_penalty: {refused or 'HTTP 200'}")
     verdict.check(
         plain.refusal.error is None,
         f"plain decoding serves frequency_penalty: {plain.refusal.error or 'HTTP 200'}",
@@ -550,6 +562,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size of both servers (1, 2 or 4)")
     parser.add_argument("--noise", type=float, default=0.03, help="std of the target's attention/MLP weights")
     parser.add_argument("--seed", type=int, default=2121)
+    parser.add_argument(
+        "--algorithm",
+        choices=("DDTREE", "DFLASH"),
+        default="DDTREE",
+        help="the speculative server (DFLASH: the same stress on upstream DFlash, to tell whose bug it is)",
+    )
     parser.add_argument(
         "--budget",
         type=int,
@@ -577,6 +595,7 @@ def main(argv: list[str] | None = None) -> int:
         extra_server_args=("--max-total-tokens", str(KV_POOL_TOKENS)),
     )
     plan = Plan(args.seed, settings, args.tp)
+    label = args.algorithm.lower()
     gaps: dict[GapKey, float | None] = {}
 
     def plain_work(
@@ -589,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
         return answers, refusal
 
     if args.ddtree_url:
-        ddtree = ServerRun(*plan.run(Client(args.ddtree_url), "ddtree"))
+        ddtree = ServerRun(*plan.run(Client(args.ddtree_url), label))
         plain = ServerRun(*plain_work(Client(args.baseline_url)))
     else:
         os.environ.update(STRESS_ENV)  # both servers inherit it
@@ -601,10 +620,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"stress: tiny models in {work}, noise {args.noise}, TP {args.tp}, DDTREE block "
                   f"{settings.block_size}, budget {settings.budget}, top-k {settings.topk}, window "
                   f"{settings.window}, KV pool {KV_POOL_TOKENS}, env {STRESS_ENV}", flush=True)  # fmt: skip
-            ddtree_args = smoke.mode_args("ddtree", drafter, settings)
-            ddtree = launched(
-                "ddtree", ddtree_args, target, settings, out, lambda c, t: plan.run(c, "ddtree", t)
-            )
+            ddtree_args = smoke.mode_args(label, drafter, settings)
+            ddtree = launched(label, ddtree_args, target, settings, out, lambda c, t: plan.run(c, label, t))
             # the plain server the same way: stop strings need a tokenizer on both sides
             plain = launched("plain", [], target, settings, out, plain_work, (ddtree.skipped_tokenizer,))
         except (RuntimeError, OSError) as exc:  # a server that never got ready: its log tail says why
@@ -613,11 +630,12 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
-    verdict = judge(plan, ddtree, plain, gaps)
+    verdict = judge(plan, ddtree, plain, gaps, args.algorithm)
     print("\n".join(verdict.lines))
     summary = {
         "passed": verdict.ok,
         "tp": args.tp,
+        "algorithm": args.algorithm,
         "noise": args.noise,
         "block_size": settings.block_size,
         "budget": settings.budget,

@@ -202,8 +202,8 @@ class _Double(ThreadingHTTPServer):
 
 
 @contextmanager
-def _doubles(corrupt_at: set[int]) -> Iterator[tuple[str, str]]:
-    servers = [_Double(True, corrupt_at), _Double(False, set())]
+def _doubles(corrupt_at: set[int], refuses: bool = True) -> Iterator[tuple[str, str]]:
+    servers = [_Double(refuses, corrupt_at), _Double(False, set())]
     threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
     for t in threads:
         t.start()
@@ -290,3 +290,23 @@ def test_a_server_that_needs_skip_tokenizer_init_is_started_again_that_way(
     assert run.skipped_tokenizer and run.alive and stress.retractions(run.log) == 1
     with pytest.raises(RuntimeError):
         stress.launched("plain", [], tmp_path, stress.smoke.SmokeSettings(), tmp_path, None, (False,))
+
+
+def test_dflash_runs_the_same_stress_without_the_ddtree_only_checks(tmp_path: Path, capsys) -> None:
+    """--algorithm DFLASH: the speculative double serves the penalty request, as DFLASH does, and passes."""
+    with _doubles(set(), refuses=False) as (spec_url, plain_url):
+        rc = stress.main(
+            [
+                "--out",
+                str(tmp_path),
+                "--ddtree-url",
+                spec_url,
+                "--baseline-url",
+                plain_url,
+                "--algorithm",
+                "DFLASH",
+            ]
+        )
+    printed = capsys.readouterr().out
+    assert rc == 0 and "info DFLASH answers frequency_penalty: HTTP 200" in printed, printed
+    assert json.loads((tmp_path / "summary.json").read_text())["algorithm"] == "DFLASH"
