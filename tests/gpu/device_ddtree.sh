@@ -18,8 +18,18 @@
 #   5. warm (tests/gpu/warm_start.py; not part of all): the tiny DDTREE server started three times with keyed
 #      JIT caches (ddtree.jit_cache): cold, the same image again (warm), a new image (cold again); time to
 #      ready and cache files per start in $OUT/warm/warm_start.json. About 3-5 minutes.
-# usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|live|warm|all]
+#   6. stress (tests/gpu/stress_ddtree.py; not part of `all`, run it in its own call): the tiny models with a
+#      noisy target, served with DDTREE then without speculation, CUDA graphs on, a 12288-token KV pool,
+#      SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY=1 and SGLANG_TEST_RETRACT=1; 32 concurrent requests of 5..3000
+#      prompt tokens and 1..300 new tokens with 4 aborts, the same with 12 stop strings, 4 of 2400 new tokens,
+#      and a frequency_penalty request (DDTREE: 400). Greedy outputs must equal plain decoding's; at a
+#      divergence the plain server's top-1 minus top-2 log-prob gap decides: > 0.25 a bug, else bf16 noise.
+#      Exit 0 PASS, 1 FAIL, 2 cannot run; server logs and summary.json in $OUT/stress. About 4-6 minutes.
+# usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|live|all|warm|stress]
 #   SMOKE_TP=2 (or 4): the smoke's servers run tensor-parallel over that many GPUs (the TP top-k merge).
+#   STRESS_TP=2: the stress servers run tensor-parallel, and the odd requests sample (T 0.8, top-p 0.9).
+#   STRESS_ARGS="--budget 4": more stress_ddtree.py flags (--budget 4: block size 8 > budget + 1;
+#   --algorithm DFLASH: the same stress on upstream DFlash, to tell whose bug a failure is).
 set -u
 export PYTHONPATH=$PWD/entrypoint:/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -57,5 +67,14 @@ if [ "$what" = warm ]; then
   wrc=$?
   rc=$((rc | wrc))
   echo "warm: exit $wrc after $((SECONDS - t)) s"
+fi
+if [ "$what" = stress ]; then
+  t=$SECONDS
+  python3 tests/gpu/stress_ddtree.py --out "$OUT/stress" --tp "${STRESS_TP:-1}" ${STRESS_ARGS:-}
+  src=$?
+  rc=$((rc | src))
+  echo "stress: exit $src after $((SECONDS - t)) s"
+  grep -hE "Traceback|Mem Leak|DFLASH draft OOM|#retracted_reqs|DDTREE" "$OUT"/stress/server-stress-*.log 2>/dev/null \
+    | sed -E 's/[0-9]+/N/g' | sort | uniq -c | sort -rn | head -20
 fi
 exit $rc

@@ -301,8 +301,20 @@ def _prepare_facts() -> dict:
     }
 
 
-def _reference_target_probs(row_logits: list[float], temp: float, top_k: int, top_p: float, min_p: float):
-    """One verify row's target distribution, written from SGLang's torch sampler rules (plain Python)."""
+def _reference_target_probs(
+    row_logits: list[float],
+    temp: float,
+    top_k: int,
+    top_p: float,
+    min_p: float,
+    top_p_after_top_k: bool = False,
+):
+    """One row's sampling distribution under plain decoding, from SGLang's sampler rules (plain Python).
+
+    Default: the pytorch backend, and flashinfer's joint top-k/top-p kernel (top-p on the whole distribution).
+    top_p_after_top_k: flashinfer's min-p path (top_k_renorm_prob, then top_p_renorm_prob on that, then
+    min-p relative to the maximum).
+    """
     import math
 
     scaled = [x / temp for x in row_logits]
@@ -311,13 +323,148 @@ def _reference_target_probs(row_logits: list[float], temp: float, top_k: int, to
     total = sum(weights)
     probs = [w / total for w in weights]
     order = sorted(range(len(probs)), key=lambda t: -probs[t])
+    top_k_mass = sum(probs[t] for t in order[:top_k]) if top_p_after_top_k else 1.0
     kept, before = set(), 0.0
     for rank, t in enumerate(order):
-        if rank < top_k and before <= top_p and probs[t] >= min_p * probs[order[0]]:
+        if rank < top_k and before / top_k_mass <= top_p and probs[t] >= min_p * probs[order[0]]:
             kept.add(t)
         before += probs[t]
     mass = sum(probs[t] for t in kept)
     return [probs[t] / mass if t in kept else 0.0 for t in range(len(probs))]
+
+
+def _chi_square(counts: dict, expected: dict, min_expected: float = 5.0) -> tuple[float, int]:
+    """Pearson's statistic and degrees of freedom; cells expecting fewer than min_expected are pooled."""
+    stat, cells, pooled_count, pooled_expected = 0.0, 0, 0, 0.0
+    for cell in set(counts) | set(expected):
+        count, expect = counts.get(cell, 0), expected.get(cell, 0.0)
+        if expect < min_expected:
+            pooled_count += count
+            pooled_expected += expect
+            continue
+        stat += (count - expect) ** 2 / expect
+        cells += 1
+    if pooled_expected > 0:
+        stat += (pooled_count - pooled_expected) ** 2 / pooled_expected
+        cells += 1
+    elif pooled_count:
+        stat = float("inf")  # a token plain decoding never samples
+    return stat, max(cells - 1, 1)
+
+
+def _chi_square_critical(df: int, z: float = 3.0902) -> float:
+    """Upper critical value of chi-square with df degrees of freedom at p = 0.001 (z: the normal quantile),
+    by the Wilson-Hilferty approximation."""
+    a = 2.0 / (9.0 * df)
+    return df * (1.0 - a + z * a**0.5) ** 3
+
+
+def _filter_order_facts(trials: int = 20000) -> dict:
+    """Chi-square of the first two emitted tokens of the sampling tree verify against plain decoding.
+
+    A Markov target over 8 tokens (each token's next-token logits: one fixed ladder, permuted per token);
+    every request: temperature 1, top-k 3, top-p 0.75, min-p 0.05. With the flashinfer backend plain decoding
+    takes its min-p path (top-p on the top-k-renormalised mass: 2 tokens survive), with pytorch the joint
+    rule (top-p on the whole mass: 3 survive), so the two references differ clearly. The token after the
+    first comes from a depth-1 tree row when the first draft token was accepted, else from the next verify
+    step (rooted at the first token). Each backend is checked against its own reference (must pass) and
+    the other's (must fail: the test has the power to see a wrong order). A control samples plain decoding
+    with SGLang's own torch sampler and checks it against the joint reference.
+    """
+    import torch
+    from sglang.srt.layers.sampler import top_k_top_p_min_p_sampling_from_probs_torch
+    from sglang.srt.server_args import get_global_server_args
+    from sglang.srt.speculative import ddtree_info
+    from sglang.srt.speculative.ddtree_utils import build_ddtree, emitted_tokens, verify_input_ids
+
+    vocab, depth, budget, topk, root = 8, 3, 6, 3, 0
+    temp, top_k, top_p, min_p = 1.0, 3, 0.75, 0.05
+    ladder = torch.tensor([3.0, 2.5, 2.0, 1.0, 0.5, 0.0, -1.0, -2.0])
+    gen = torch.Generator().manual_seed(21)
+    table = torch.stack([ladder[torch.randperm(vocab, generator=gen)] for _ in range(vocab)])  # [prev, next]
+    # A drafter that follows the target's argmax chain from the root: deep trees, frequent acceptance.
+    chain, rows = root, []
+    for _ in range(depth):
+        rows.append(torch.log_softmax(table[chain], dim=-1))
+        chain = int(table[chain].argmax())
+    tree = build_ddtree(
+        torch.stack(rows).unsqueeze(0).expand(trials, depth, vocab).contiguous(), budget, topk
+    )
+    size = budget + 1
+    info = types.SimpleNamespace(
+        temperatures=torch.full((trials, 1), temp),
+        top_ks=torch.full((trials,), top_k, dtype=torch.int32),
+        top_ps=torch.full((trials,), top_p),
+        min_ps=torch.full((trials,), min_p),
+        need_top_k_sampling=True,
+        need_top_p_sampling=True,
+        need_min_p_sampling=True,
+        is_all_greedy=False,
+    )
+
+    def step(roots: torch.Tensor):
+        spec = ddtree_info.DDTreeVerifyInput(
+            draft_token=verify_input_ids(tree, roots).reshape(-1),
+            positions=torch.zeros(trials * size, dtype=torch.long),
+            draft_token_num=size,
+            tree=tree,
+        )
+        row_tokens = torch.cat([roots.view(-1, 1), tree.tokens], dim=1)  # [trials, N]: each row's last token
+        result = spec._walk(table[row_tokens.reshape(-1)].clone(), info, trials)
+        return result[0], emitted_tokens(tree.tokens, *result)
+
+    def references(after_top_k: bool) -> dict:
+        q = [
+            _reference_target_probs(table[t].tolist(), temp, top_k, top_p, min_p, after_top_k)
+            for t in range(vocab)
+        ]
+        return {(a, b): trials * q[root][a] * q[a][b] for a in range(vocab) for b in range(vocab)}
+
+    global_args = get_global_server_args()
+    saved_backend = global_args.sampling_backend
+    out: dict = {}
+    try:
+        for backend in ("pytorch", "flashinfer"):
+            global_args.sampling_backend = backend
+            torch.manual_seed(2100)
+            accept_len, first = step(torch.full((trials,), root, dtype=torch.long))
+            t1 = first[:, 0]
+            _, second = step(t1)
+            t2 = torch.where(accept_len >= 1, first[:, 1], second[:, 0])
+            counts: dict = {}
+            for pair in zip(t1.tolist(), t2.tolist(), strict=True):
+                counts[pair] = counts.get(pair, 0) + 1
+            own, other = (True, False) if backend == "flashinfer" else (False, True)
+            stat, df = _chi_square(counts, references(own))
+            wrong, wrong_df = _chi_square(counts, references(other))
+            out[backend] = {
+                "stat": stat,
+                "critical": _chi_square_critical(df),
+                "wrong_order_stat": wrong,
+                "wrong_order_critical": _chi_square_critical(wrong_df),
+                "second_from_tree_row": int((accept_len >= 1).sum()),
+            }
+    finally:
+        global_args.sampling_backend = saved_backend
+    torch.manual_seed(2101)
+    probs = torch.softmax(table[root] / temp, dim=-1).expand(trials, vocab).contiguous()
+    sampled = top_k_top_p_min_p_sampling_from_probs_torch(
+        probs.clone(),
+        torch.full((trials,), top_k),
+        torch.full((trials,), top_p),
+        torch.full((trials,), min_p),
+        True,
+        None,
+        torch.zeros(trials, dtype=torch.long),
+    )
+    q_root = _reference_target_probs(table[root].tolist(), temp, top_k, top_p, min_p)
+    values, numbers = torch.unique(sampled, return_counts=True)
+    control, control_df = _chi_square(
+        {(t,): n for t, n in zip(values.tolist(), numbers.tolist(), strict=True)},
+        {(t,): trials * q_root[t] for t in range(vocab)},
+    )
+    out["torch_sampler_control"] = {"stat": control, "critical": _chi_square_critical(control_df)}
+    return out
 
 
 def _sampling_facts() -> dict:
@@ -372,6 +519,129 @@ def _sampling_facts() -> dict:
         "greedy_request_walk": [walked[0][0].item(), walked[1][0].tolist(), walked[2][0].item()],
         "greedy_reference_walk": [greedy[0][0].item(), greedy[1][0].tolist(), greedy[2][0].item()],
     }
+
+
+def _request_facts() -> dict:
+    """The scheduler's DDTREE request check on real SamplingParams: the message per setting (None: served)."""
+    from sglang.srt.sampling.sampling_params import SamplingParams
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    ddtree = SpeculativeAlgorithm.from_string("DDTREE")
+    cases = {
+        "plain": {"temperature": 0.8, "top_p": 0.9, "top_k": 20, "min_p": 0.05, "stop": ["ab"]},
+        "greedy_logit_bias": {"temperature": 0.0, "logit_bias": {"3": 1.5}},
+        "frequency": {"frequency_penalty": 0.5},
+        "presence": {"presence_penalty": -0.3},
+        "repetition": {"repetition_penalty": 1.2},
+        "min_new_tokens": {"min_new_tokens": 4},
+        "several": {"frequency_penalty": 0.1, "min_new_tokens": 2},
+    }
+    out: dict = {}
+    for name, params in cases.items():
+        req = types.SimpleNamespace(sampling_params=SamplingParams(**params), custom_logit_processor=None)
+        out[name] = ddtree.validate_request(req)
+    req = types.SimpleNamespace(sampling_params=SamplingParams(), custom_logit_processor='{"callable": "x"}')
+    out["custom_logit_processor"] = ddtree.validate_request(req)
+    out["dflash_has_no_extra_check"] = getattr(SpeculativeAlgorithm.DFLASH, "validate_request", None) is None
+    return out
+
+
+def _batch_invariant_facts() -> dict:
+    """The worker's last line of defence: a verify batch with penalties or a custom logit processor."""
+    from sglang.srt.speculative.ddtree_worker import unsupported_sampling_in_batch
+
+    def info(required: bool, custom: bool):
+        return types.SimpleNamespace(
+            penalizer_orchestrator=types.SimpleNamespace(is_required=required),
+            has_custom_logit_processor=custom,
+        )
+
+    return {
+        "clean": unsupported_sampling_in_batch(info(False, False)),
+        "none": unsupported_sampling_in_batch(None),
+        "penalties": unsupported_sampling_in_batch(info(True, False)),
+        "custom": unsupported_sampling_in_batch(info(False, True)),
+    }
+
+
+def _sliding_window_facts(args) -> dict:
+    """target_sliding_window on model-runner stubs, and DDTreeWorker refusing such a target at start (the
+    check runs before DFlashWorker.__init__, so stubs carry it that far)."""
+    import torch
+    from sglang.srt.layers.radix_attention import RadixAttention
+    from sglang.srt.speculative.ddtree_worker import DDTreeWorker, target_sliding_window
+
+    def runner(window, layer_windows):
+        model = torch.nn.ModuleList(
+            [
+                RadixAttention(2, 8, 1.0, 2, layer_id=i, sliding_window_size=w)
+                for i, w in enumerate(layer_windows)
+            ]
+        )
+        return types.SimpleNamespace(sliding_window_size=window, model=model)
+
+    out = {
+        "full": target_sliding_window(runner(None, [-1, -1])),
+        "runner_window": target_sliding_window(runner(4096, [-1, -1])),
+        "layer_window": target_sliding_window(runner(None, [-1, 512])),
+    }
+    worker = DDTreeWorker.__new__(DDTreeWorker)
+    try:
+        DDTreeWorker.__init__(
+            worker, args, 0, 0, None, 0, 0, 0, 0, types.SimpleNamespace(model_runner=runner(4096, [4096]))
+        )
+        out["worker_error"] = None
+    except RuntimeError as exc:
+        out["worker_error"] = str(exc)
+    return out
+
+
+class _StopAfterWarningCheck(Exception):
+    """Raised by a stub where DFlash's decode step goes on to draft, right after its sampling warning."""
+
+
+def _fallback_warning_facts() -> dict:
+    """DFlash's decode step on a non-greedy batch where sgl_kernel's chain sampling kernel is missing: DFLASH
+    warns that it falls back to greedy verification; DDTREE (which samples with its own verify) must not."""
+    import logging
+
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.speculative import dflash_worker
+    from sglang.srt.speculative.ddtree_worker import DDTreeWorker
+
+    records: list[str] = []
+
+    class _Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record.getMessage())
+
+    def stop(*_args, **_kwargs):
+        raise _StopAfterWarningCheck
+
+    handler = _Collect()
+    dflash_worker.logger.addHandler(handler)
+    saved = dflash_worker.is_dflash_sampling_verify_available
+    dflash_worker.is_dflash_sampling_verify_available = lambda: False
+    batch = types.SimpleNamespace(
+        forward_mode=ForwardMode.DECODE,
+        has_grammar=False,
+        sampling_info=types.SimpleNamespace(is_all_greedy=False),
+        batch_size=stop,  # the first thing the step does after its warning check
+    )
+    out: dict = {}
+    try:
+        for name, cls in (("dflash", dflash_worker.DFlashWorker), ("ddtree", DDTreeWorker)):
+            worker = cls.__new__(cls)
+            worker._warned_sampling_fallback = False  # what DFlashWorker.__init__ sets
+            worker.tp_rank = 0
+            records.clear()
+            with contextlib.suppress(_StopAfterWarningCheck):
+                dflash_worker.DFlashWorker._prepare_for_speculative_decoding(worker, batch, None)
+            out[name] = [r for r in records if "falling back to greedy" in r]
+    finally:
+        dflash_worker.is_dflash_sampling_verify_available = saved
+        dflash_worker.logger.removeHandler(handler)
+    return out
 
 
 def _topk_facts() -> dict:
@@ -595,6 +865,11 @@ def main() -> None:
         facts["prepare"] = _prepare_facts()
         facts["sampling"] = _sampling_facts()
         facts["topk"] = _topk_facts()
+        facts["requests"] = _request_facts()
+        facts["batch_invariant"] = _batch_invariant_facts()
+        facts["sliding_window"] = _sliding_window_facts(args)
+        facts["fallback_warning"] = _fallback_warning_facts()
+        facts["filter_order"] = _filter_order_facts()
         facts["topk_tp2"] = _tp_facts(2)
     except Exception:
         facts["probe_error"] = traceback.format_exc()

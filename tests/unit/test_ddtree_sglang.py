@@ -1,4 +1,5 @@
-"""DDTREE in the real, patched sglang 0.5.13.post1 on CPU: flags, validation, imports, CUDA-graph sizing.
+"""DDTREE in the real, patched sglang 0.5.13.post1 on CPU: flags, validation, imports, CUDA-graph sizing,
+request and model refusals, and the sampling verify's filter order against plain decoding's sampler.
 
 The environment is the pinned sglang wheel (PyPI, hash-checked) with the project's whole patch series applied
 by the real patch engine, plus the import-time dependencies in requirements/sglang-cpu-test.txt, all under
@@ -12,7 +13,14 @@ Stand-ins, where the real part cannot run without a GPU (each named in the probe
   an attention backend that stops the constructor where it sizes its buffers (no GPU allocation);
 - verify() runs on a batch stub with a torch version of the Triton req_to_token kernel;
 - the TP top-k merge runs on two gloo processes with a torch.distributed stand-in for SGLang's TP group (its
-  all_gather_into_tensor is a CUDA-only custom op).
+  all_gather_into_tensor is a CUDA-only custom op);
+- the sliding-window check gets a model-runner stub holding real RadixAttention layers, and DDTreeWorker's
+  constructor a target-worker stub (it refuses before DFlashWorker.__init__ builds anything);
+- DFlash's decode step runs on a worker made without __init__ and a batch stub that stops it right after its
+  sampling-fallback warning check, with sgl_kernel's sampling verify reported missing;
+- the filter-order test's Markov target is a logit table (no model), and flashinfer's sampler is its
+  documented semantics in plain Python (flashinfer needs a GPU); the pytorch rule is checked against SGLang's
+  own torch sampler on CPU.
 """
 
 from __future__ import annotations
@@ -329,3 +337,59 @@ def test_sampling_verify_applies_rank_0s_walk_on_every_tp_rank(facts: dict) -> N
 def test_drafter_path_is_required(facts: dict) -> None:
     got = facts["args_no_drafter"]
     assert got.get("error") == "ValueError" and "--speculative-draft-model-path" in got["message"], got
+
+
+def test_requests_that_tree_verification_cannot_serve_like_plain_decoding_are_refused(facts: dict) -> None:
+    """Penalties, min_new_tokens and custom logit processors: a one-line 400 from the scheduler's check."""
+    r = facts["requests"]
+    assert r["plain"] is None and r["greedy_logit_bias"] is None, (
+        "sampling, stop strings, logit bias are served"
+    )
+    for case, needle in (
+        ("frequency", "frequency_penalty=0.5"),
+        ("presence", "presence_penalty=-0.3"),
+        ("repetition", "repetition_penalty=1.2"),
+        ("min_new_tokens", "min_new_tokens=4"),
+        ("custom_logit_processor", "custom_logit_processor"),
+    ):
+        message = r[case]
+        assert message and message.startswith("DDTREE speculative decoding does not support"), (case, message)
+        assert needle in message and "\n" not in message, message
+    assert "frequency_penalty=0.1, min_new_tokens=2" in r["several"]
+    assert r["dflash_has_no_extra_check"], "the scheduler hook must leave plain DFLASH unchanged"
+
+
+def test_verify_batch_with_penalties_is_an_invariant_error(facts: dict) -> None:
+    b = facts["batch_invariant"]
+    assert b["clean"] is None and b["none"] is None
+    assert b["penalties"] == "penalties or min_new_tokens" and b["custom"] == "a custom logit processor"
+
+
+def test_sliding_window_targets_are_refused_at_start(facts: dict) -> None:
+    w = facts["sliding_window"]
+    assert (w["full"], w["runner_window"], w["layer_window"]) == (None, 4096, 512)
+    assert w["worker_error"] and "sliding-window attention (window 4096)" in w["worker_error"], w
+
+
+def test_no_greedy_fallback_warning_for_ddtree(facts: dict) -> None:
+    """Control: DFLASH itself still warns when sgl_kernel's chain sampling kernel is missing."""
+    got = facts["fallback_warning"]
+    assert len(got["dflash"]) == 1, got
+    assert got["ddtree"] == [], got
+
+
+@pytest.mark.parametrize("backend", ["pytorch", "flashinfer"])
+def test_sampling_verify_filters_in_plain_decodings_order(facts: dict, backend: str) -> None:
+    """Chi-square (p = 0.001) of the first two emitted tokens over 20000 sampled verify steps against the
+    distribution plain decoding samples with the same backend (flashinfer with min-p in the batch: top-p on
+    the top-k-renormalised mass; pytorch: on the whole mass); the other order must be rejected."""
+    got = facts["filter_order"][backend]
+    assert got["second_from_tree_row"] > 5000, "the token after the first must often come from a tree row"
+    assert got["stat"] < got["critical"], got
+    assert got["wrong_order_stat"] > 10 * got["wrong_order_critical"], got
+
+
+def test_filter_order_reference_matches_sglangs_torch_sampler(facts: dict) -> None:
+    """Control: the test's joint reference agrees with SGLang's own torch sampler, sampled on CPU."""
+    got = facts["filter_order"]["torch_sampler_control"]
+    assert got["stat"] < got["critical"], got

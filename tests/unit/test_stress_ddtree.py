@@ -1,0 +1,312 @@
+"""The device's `stress` mode (tests/gpu/stress_ddtree.py) without a GPU.
+
+Real here: the request mix, stop-string placement, divergence and log checks, the noise written into
+smoke.py's real tiny weights, and the whole script (main, HTTP, aborts, gap queries, verdict, summary.json)
+run against two TEST DOUBLES of SGLang's /generate and /abort_request: real HTTP, fake model (the tiny
+target's greedy walk along its successor cycle, answered by token ids, with stop strings on the byte
+tokenizer's text, aborts by rid, top-2 log-probs and the DDTREE penalty refusal), because the real servers
+need a GPU (`device_ddtree.sh stress`)."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from ddtree import smoke
+
+from tests.gpu import stress_ddtree as stress
+from tests.unit.bench_double import send_body
+
+CYCLE = smoke.successor_cycle(1234)
+
+
+def test_request_mix_covers_lengths_cuts_and_aborts() -> None:
+    reqs = stress.mixed_requests(7, 2048, 8, smoke.REAL_TOKENS, tp=1)
+    lengths = [len(r.prompt) for r in reqs]
+    news = [r.max_new_tokens for r in reqs]
+    assert len(reqs) == 32 and min(lengths) == 5 and max(lengths) == 3000
+    assert sum(n > 2048 for n in lengths) == 8, "several prompts past the drafter window"
+    assert {1, 2, 3, 7, 8, 9, 300} <= set(news) and all(1 <= n <= 300 for n in news)
+    aborted = [r for r in reqs if r.abort]
+    assert len(aborted) == 4 and min(r.max_new_tokens for r in aborted) >= sorted(news)[-5]
+    assert not any(r.sampled for r in reqs)
+    assert stress.mixed_requests(7, 2048, 8, smoke.REAL_TOKENS, tp=1) == reqs, "seeded"
+    sampled = stress.mixed_requests(7, 2048, 8, smoke.REAL_TOKENS, tp=2)
+    assert [r.sampled for r in sampled] == [i % 2 == 1 for i in range(32)]
+    assert sampled[1].payload("x")["sampling_params"] == {
+        "max_new_tokens": news[1],
+        "temperature": 0.8,
+        "top_p": 0.9,
+    }
+
+
+def test_stop_strings_are_printable_pairs_near_the_middle() -> None:
+    assert stress.stop_string_from([67, 68, 200, 65, 66, 201, 202, 203, 204]) == "AB", (
+        "the pair nearest the middle"
+    )
+    assert stress.stop_string_from([0x20, 0x41, 200, 0x7F, 0x42]) is None, (
+        "space, DEL and high bytes are skipped"
+    )
+    reqs = stress.mixed_requests(7, 2048, 8, smoke.REAL_TOKENS, tp=2)
+    answers = {r.name: stress.Answer(output_ids=[200, 65, 66, 201], finish="length") for r in reqs}
+    stops = stress.stop_requests(reqs, answers)
+    given = [r for r in stops if r.stop is not None]
+    assert len(given) == 12 and all(r.stop == "AB" and not r.sampled and not r.abort for r in given)
+
+
+def test_first_divergence_and_top2_gap() -> None:
+    assert stress.first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert stress.first_divergence([1, 2, 3], [1, 5, 3]) == 1
+    assert stress.first_divergence([1, 2], [1, 2, 3]) == 2
+    meta = {"output_top_logprobs": [[[-0.1, 5, None], [-0.4, 9, None]]]}
+    assert stress.top2_gap(meta) == pytest.approx(0.3)
+    assert stress.top2_gap({}) is None
+
+
+def test_log_checks() -> None:
+    log = (
+        "Testing retraction. #retracted_reqs: 1, #new_tokens_gained: 300\n"
+        "KV cache pool is full. Retract requests. #retracted_reqs: 2, #new_tokens_gained: 9\n"
+        "DFLASH non-greedy verification is unavailable; falling back to greedy argmax verification.\n"
+    )
+    assert stress.retractions(log) == 3
+    assert stress.log_problems(log, speculative=False) == []
+    assert stress.log_problems(log, speculative=True) == ["1x 'falling back to greedy argmax verification'"]
+    assert stress.log_problems(
+        "Traceback (most recent call last):\nAssertionError: Full Pool Mem Leak Detected!", True
+    ) == [
+        "1x 'Traceback (most recent call last)'",
+        "1x 'Mem Leak Detected'",
+    ]
+
+
+def test_compare_phase_judges_divergences_by_their_gap() -> None:
+    reqs = [stress.StressRequest(f"r{i}", [1, 2], 4) for i in range(4)]
+    reqs.append(stress.StressRequest("cut", [1], 300, abort=True))
+    plain = {r.name: stress.Answer(output_ids=[3, 4, 5], finish="length") for r in reqs}
+    ddtree = dict(plain)
+    ddtree["r1"] = stress.Answer(output_ids=[3, 9, 5], finish="length")
+    ddtree["r2"] = stress.Answer(output_ids=[7, 4, 5], finish="length")
+    ddtree["cut"] = stress.Answer(error="HTTP 400: aborted")
+    verdict = stress.Verdict()
+    stress.compare_phase(verdict, "mixed", reqs, ddtree, plain, {("mixed", "r1"): 0.1, ("mixed", "r2"): 0.6})
+    assert [n["request"] for n in verdict.noise] == ["r1"] and [b["request"] for b in verdict.bugs] == ["r2"]
+    assert not verdict.ok and "2/4 greedy outputs identical" in verdict.lines[1]
+    ddtree["r3"] = stress.Answer(output_ids=[3, 4], finish="abort")
+    verdict = stress.Verdict()
+    stress.compare_phase(verdict, "mixed", reqs, ddtree, plain, {("mixed", "r1"): 0.1, ("mixed", "r2"): 0.2})
+    assert verdict.lines[0].startswith("FAIL") and "ddtree r3: abort" in verdict.lines[0]
+
+
+def test_context_noise_touches_only_attention_and_mlp(tmp_path: Path) -> None:
+    """smoke.py's real tiny weights: seeded noise; embeddings, norms and the LM head keep their values."""
+    torch = pytest.importorskip("torch")
+    safetensors = pytest.importorskip("safetensors.torch")
+    target, _ = smoke.write_models(tmp_path / "m", smoke.SmokeSettings())
+    before = safetensors.load_file(str(target / "model.safetensors"))
+    stress.add_context_noise(target, 0.03, seed=5)
+    after = safetensors.load_file(str(target / "model.safetensors"))
+    changed = sorted(k for k in before if not torch.equal(before[k], after[k]))
+    assert changed and all((".self_attn." in k and "_proj" in k) or ".mlp." in k for k in changed)
+    assert len(changed) == 6 * 7, "q, k, v, o, gate, up and down of all six layers"
+    assert 0.02 < float(after["model.layers.0.mlp.up_proj.weight"].float().std()) < 0.04
+    again = tmp_path / "again"
+    target2, _ = smoke.write_models(again, smoke.SmokeSettings())
+    stress.add_context_noise(target2, 0.03, seed=5)
+    name = "model.layers.3.self_attn.q_proj.weight"
+    assert torch.equal(safetensors.load_file(str(target2 / "model.safetensors"))[name], after[name])
+
+
+# ---------------------------------------------------------------------------------------- the test double
+
+
+class _Generate(BaseHTTPRequestHandler):
+    """/generate (whole or streamed) and /abort_request of a fake SGLang that walks CYCLE greedily."""
+
+    protocol_version = "HTTP/1.1"
+    server: _Double
+
+    def log_message(self, format: str, *args) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path == "/abort_request":
+            self.server.aborted.add(body["rid"])
+            send_body(self, 200, "text/plain", b"")
+            return
+        params = body["sampling_params"]
+        if self.server.refuses_penalties and params.get("frequency_penalty"):
+            message = (
+                "DDTREE speculative decoding does not support frequency_penalty=0.5: tree verification ..."
+            )
+            send_body(self, 400, "application/json", json.dumps({"error": {"message": message}}).encode())
+            return
+        if body.get("stream"):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for event in self._walk(body, params):
+                raw = f"data: {json.dumps(event)}\n\n".encode()
+                self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
+                self.wfile.flush()
+            raw = b"data: [DONE]\n\n"
+            self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n0\r\n\r\n")
+            return
+        *_, answer = self._walk(body, params)
+        send_body(self, 200, "application/json", json.dumps(answer).encode())
+
+    def _walk(self, body: dict, params: dict) -> Iterator[dict]:
+        """One event per 4 tokens (a verify step), cumulative output_ids, the last with its finish reason."""
+        cur, out, finish = body["input_ids"][-1], [], None
+        stop = (params.get("stop") or [None])[0]
+        while finish is None:
+            time.sleep(0.002)
+            for _ in range(4):
+                if body.get("rid") in self.server.aborted:
+                    finish = "abort"
+                    break
+                cur = CYCLE[cur] if cur < smoke.REAL_TOKENS else 0
+                out.append((cur + 1) % smoke.REAL_TOKENS if len(out) + 1 in self.server.corrupt_at else cur)
+                text = bytes(t for t in out if t < 128).decode("latin-1")
+                if stop and text.endswith(stop):
+                    finish = "stop"
+                elif len(out) == params["max_new_tokens"]:
+                    finish = "length"
+                if finish:
+                    break
+            meta = {"finish_reason": {"type": finish} if finish else None}
+            meta["spec_accept_length"] = 3.5 if self.server.refuses_penalties else None
+            if finish and body.get("return_logprob"):
+                meta["output_top_logprobs"] = [[[-0.01, out[0], None], [-2.0, 17, None]]]
+            yield {"output_ids": list(out), "meta_info": meta}
+
+
+class _Double(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # 32 requests connect at once (the default backlog of 5 resets some)
+
+    def __init__(self, refuses_penalties: bool, corrupt_at: set[int]):
+        super().__init__(("127.0.0.1", 0), _Generate)
+        self.refuses_penalties = refuses_penalties
+        self.corrupt_at = corrupt_at
+        self.aborted: set[str] = set()
+
+
+@contextmanager
+def _doubles(corrupt_at: set[int], refuses: bool = True) -> Iterator[tuple[str, str]]:
+    servers = [_Double(refuses, corrupt_at), _Double(False, set())]
+    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
+    for t in threads:
+        t.start()
+    try:
+        yield tuple(f"http://127.0.0.1:{s.server_address[1]}" for s in servers)
+    finally:
+        for s in servers:
+            s.shutdown()
+            s.server_close()
+
+
+@pytest.mark.parametrize("corrupt", [False, True])
+def test_whole_run_against_servers_already_up(tmp_path: Path, corrupt: bool, capsys) -> None:
+    """main() with --ddtree-url/--baseline-url: every phase, aborts, stop strings, the refusal, the verdict. A
+    DDTREE double that emits one wrong token at output index 40 (gap 1.99 > 0.25) must fail the run."""
+    random.seed(0)
+    with _doubles({41} if corrupt else set()) as (ddtree_url, plain_url):
+        rc = stress.main(["--out", str(tmp_path), "--ddtree-url", ddtree_url, "--baseline-url", plain_url])
+    printed = capsys.readouterr().out
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["passed"] is (not corrupt) and rc == (1 if corrupt else 0), printed
+    assert "ok   stop: " in printed and "ddtree refuses frequency_penalty: HTTP 400" in printed
+    assert "ok   mixed: 4/4 DDTREE requests aborted mid-stream" in printed
+    if corrupt:
+        bugs = summary["bug_divergences"]
+        assert bugs and all(b["index"] == 40 and b["gap"] == pytest.approx(1.99) for b in bugs), bugs
+    else:
+        assert (
+            "mixed: 28/28 greedy outputs identical" in printed
+            and "long: 4/4 greedy outputs identical" in printed
+        )
+
+
+def test_without_a_gpu_it_says_why_and_exits_2(tmp_path: Path, capsys) -> None:
+    assert stress.main(["--out", str(tmp_path)]) == 2
+    assert "stress: cannot run here:" in capsys.readouterr().out
+
+
+def test_urls_go_together(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        stress.main(["--out", str(tmp_path), "--ddtree-url", "http://127.0.0.1:1"])
+    assert exit_info.value.code == 2
+
+
+def test_stop_as_token_when_the_servers_have_no_tokenizer() -> None:
+    req = stress.StressRequest("r", [1], 9, stop="AB")
+    assert req.payload("x")["sampling_params"]["stop"] == ["AB"]
+    params = stress.dataclasses.replace(req, stop_as_token=True).payload("x")["sampling_params"]
+    assert params["stop_token_ids"] == [66] and "stop" not in params
+
+
+def test_a_server_that_needs_skip_tokenizer_init_is_started_again_that_way(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """smoke.Server is MOCKED (a real one needs SGLang on a GPU): with the tokenizer it never gets ready."""
+    started: list[bool] = []
+
+    class FakeServer:
+        def __init__(self, target, args, log_path, settings, skip_tokenizer_init):
+            started.append(skip_tokenizer_init)
+            self.skip, self.client = skip_tokenizer_init, "client"
+            self.proc = type("P", (), {"poll": staticmethod(lambda: None)})
+            log_path.write_text("#retracted_reqs: 1\n")
+
+        def wait_ready(self) -> float:
+            if not self.skip:
+                raise RuntimeError("server exited with code 1")
+            return 1.0
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(stress.smoke, "Server", FakeServer)
+    seen: list[bool] = []
+    run = stress.launched(
+        "ddtree",
+        [],
+        tmp_path,
+        stress.smoke.SmokeSettings(),
+        tmp_path,
+        lambda c, t: (seen.append(t), ({}, None))[1],
+    )
+    assert started == [False, True] and seen == [False]
+    assert run.skipped_tokenizer and run.alive and stress.retractions(run.log) == 1
+    with pytest.raises(RuntimeError):
+        stress.launched("plain", [], tmp_path, stress.smoke.SmokeSettings(), tmp_path, None, (False,))
+
+
+def test_dflash_runs_the_same_stress_without_the_ddtree_only_checks(tmp_path: Path, capsys) -> None:
+    """--algorithm DFLASH: the speculative double serves the penalty request, as DFLASH does, and passes."""
+    with _doubles(set(), refuses=False) as (spec_url, plain_url):
+        rc = stress.main(
+            [
+                "--out",
+                str(tmp_path),
+                "--ddtree-url",
+                spec_url,
+                "--baseline-url",
+                plain_url,
+                "--algorithm",
+                "DFLASH",
+            ]
+        )
+    printed = capsys.readouterr().out
+    assert rc == 0 and "info DFLASH answers frequency_penalty: HTTP 200" in printed, printed
+    assert json.loads((tmp_path / "summary.json").read_text())["algorithm"] == "DFLASH"
