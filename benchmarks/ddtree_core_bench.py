@@ -1,20 +1,35 @@
 """Latency of one DDTree step (tree build + mask + verify) on a GPU, eager and in a CUDA graph.
 
-    python benchmarks/ddtree_core_bench.py [--bs 1 8 32 64] [--budget 8 16 32] [--json FILE]
+    python benchmarks/ddtree_core_bench.py [--bs 1 8 32 64] [--budget 8 16 32] [--bandwidth-gbs 4800]
+                                           [--json FILE]
 
 Columns (microseconds per step, CUDA events; eager includes the host's launch time):
   eager    build_ddtree + verify_greedy, launched op by op
   graph    the same, replayed from a CUDA graph
   g_topk   graph: per-depth top-k over the vocabulary alone (draft_topk: Triton kernels on CUDA)
+  topk%bw  its roofline: bs * depth * vocab * 4 bytes read once / g_topk, as % of --bandwidth-gbs
   g_tree   graph: build_ddtree_from_topk + verify_greedy (the tree part alone)
-  g_samp   graph: build_ddtree + verify_sampling with target_probs [bs, N, vocab] (temperature > 0)
-The module is read from the patch series (patches/), i.e. exactly what the image gets.
+  s_temp   graph: build_ddtree + verify_sampling_from_logits on [bs * N, vocab] float32 verify logits,
+           temperature 1 only
+  s_topp   the same with top-p 0.95 (Kimi K2.6's usual setting)
+  s_kpm    the same with top-k 40, top-p 0.9, min-p 0.05, top-p after top-k (flashinfer's min-p order)
+  s%bw     s_topp's roofline: the verify logits read once / s_topp, as % of --bandwidth-gbs
+  search%  rows of s_topp whose cut needed the bisection (the slow path) instead of the candidate sort
+  s_ref    the torch reference of s_topp (sampling_target_probs' sort + verify_sampling), '-' when its
+           temporaries would not fit comfortably
+g_topk times the served default tile kernel; SGLANG_DDTREE_TOPK_PREFILTER=1 times the opt-in group prefilter.
+The s_* columns time the Triton sampling kernels: the bench sets SGLANG_DDTREE_TRITON_SAMPLING=1 (the served
+path's opt-in) unless the environment already sets it (=0: the s_* columns time the torch reference).
+The verify logits imitate a language model's: a N(0, 2) bulk and 64 tokens per row raised by up to 12, plus
+the drafted tokens raised so that the walk accepts. The module is read from the patch series (patches/),
+i.e. exactly what the image gets.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -60,7 +75,24 @@ def time_graph(fn: Callable[[], object], iters: int) -> float:
     return start.elapsed_time(end) * 1000.0 / iters
 
 
-def bench_one(du, bs: int, budget: int, topk: int, depth: int, vocab: int, iters: int) -> dict:
+def verify_logits(du, lp: torch.Tensor, budget: int, topk: int, gen: torch.Generator) -> torch.Tensor:
+    """float32 [bs * N, vocab]: a language model's shape (a low bulk, a few high tokens) whose favourite after
+    each verify row is the drafter's favourite at that depth, so the tree walk accepts."""
+    bs, depth, vocab = lp.shape
+    size = budget + 1
+    logits = 2 * torch.randn(bs * size, vocab, device="cuda", generator=gen)
+    high = torch.randint(0, vocab, (bs * size, 64), device="cuda", generator=gen)
+    logits.scatter_add_(1, high, 12 * torch.rand(bs * size, 64, device="cuda", generator=gen))
+    tree = du.build_ddtree(lp, budget, topk)
+    rows_depth = torch.cat([tree.depth.new_zeros(bs, 1), tree.depth], dim=1).clamp(max=depth - 1)
+    favourite = lp.argmax(-1).gather(1, rows_depth).reshape(-1, 1)
+    logits.scatter_(1, favourite, logits.amax(dim=1, keepdim=True) + 3.0)
+    return logits
+
+
+def bench_one(
+    du, bs: int, budget: int, topk: int, depth: int, vocab: int, iters: int, bandwidth: float
+) -> dict:
     gen = torch.Generator(device="cuda").manual_seed(bs * 100 + budget)
     size = budget + 1
     lp = (3 * torch.randn(bs, depth, vocab, device="cuda", generator=gen)).log_softmax(-1)
@@ -83,17 +115,74 @@ def bench_one(du, bs: int, budget: int, topk: int, depth: int, vocab: int, iters
     row["graph_us"] = time_graph(greedy_step, iters)
     row["graph_topk_us"] = time_graph(topk_only, iters)
     row["graph_tree_us"] = time_graph(tree_only, iters)
-    probs = torch.randn(bs, size, vocab, device="cuda", generator=gen).softmax(-1)
+    logits = verify_logits(du, lp, budget, topk, gen)
     coins = torch.rand(bs, depth, device="cuda", generator=gen)
     final = torch.rand(bs, device="cuda", generator=gen)
+    temperatures = torch.ones(bs, device="cuda")
+    settings = {
+        "temp": {},
+        "topp": {"top_ps": torch.full((bs,), 0.95, device="cuda")},
+        "kpm": {
+            "top_ks": torch.full((bs,), 40, dtype=torch.int32, device="cuda"),
+            "top_ps": torch.full((bs,), 0.9, device="cuda"),
+            "min_ps": torch.full((bs,), 0.05, device="cuda"),
+            "top_p_after_top_k": True,
+        },
+    }
+    for name, params in settings.items():
 
-    def sampling_step():
-        tree = du.build_ddtree(lp, budget, topk)
-        return tree.verify_sampling(probs, coins=coins, final_coins=final)
+        def sampling_step(params=params):
+            tree = du.build_ddtree(lp, budget, topk)
+            return tree.verify_sampling_logits(logits, temperatures, **params, coins=coins, final_coins=final)
 
-    row["graph_sampling_us"] = time_graph(sampling_step, iters)
+        row[f"graph_sampling_{name}_us"] = time_graph(sampling_step, iters)
+    kernels = du._kernels()
+    row["topp_searched_pct"] = -1.0
+    if kernels is not None:
+        cut = kernels.filter_rows(logits, temperatures, None, settings["topp"]["top_ps"], None, size)
+        row["topp_searched_pct"] = 100.0 * float(cut["searched"].float().mean())
+    row["graph_sampling_ref_us"] = None
+    if bs * size * vocab <= 2.5e8:  # the sort's float64 cumsum and index temporaries: ~40 bytes an entry
+
+        def reference_step():
+            tree = du.build_ddtree(lp, budget, topk)
+            rows = torch.repeat_interleave(settings["topp"]["top_ps"], size)
+            probs = du.sampling_target_probs(logits, temperatures.repeat_interleave(size), top_ps=rows)
+            return tree.verify_sampling(probs.view(bs, size, vocab), coins=coins, final_coins=final)
+
+        row["graph_sampling_ref_us"] = time_graph(reference_step, max(20, iters // 10))
+    logit_bytes = bs * size * vocab * 4
+    row["topk_bw_pct"] = 100.0 * bs * depth * vocab * 4 / (row["graph_topk_us"] * 1e-6) / (bandwidth * 1e9)
+    row["sampling_bw_pct"] = 100.0 * logit_bytes / (row["graph_sampling_topp_us"] * 1e-6) / (bandwidth * 1e9)
     row["kernels_per_greedy_step"] = count_kernels(greedy_step)
     return row
+
+
+TABLE_KEYS = (
+    "eager_us",
+    "graph_us",
+    "graph_topk_us",
+    "topk_bw_pct",
+    "graph_tree_us",
+    "graph_sampling_temp_us",
+    "graph_sampling_topp_us",
+    "graph_sampling_kpm_us",
+    "sampling_bw_pct",
+    "topp_searched_pct",
+    "graph_sampling_ref_us",
+    "kernels_per_greedy_step",
+)
+
+
+def table_cells(row: dict) -> list[str]:
+    """One printed row: floats with one decimal, '-' for what was not measured."""
+    cells = []
+    for key in TABLE_KEYS:
+        value = row[key]
+        cells.append(
+            f"{'-':>8}" if value is None else f"{value:>8.1f}" if isinstance(value, float) else f"{value:>8}"
+        )
+    return cells
 
 
 def count_kernels(fn: Callable[[], object]) -> int:
@@ -142,27 +231,31 @@ def main() -> int:
     parser.add_argument("--depth", type=int, default=7)
     parser.add_argument("--vocab", type=int, default=163840)
     parser.add_argument("--iters", type=int, default=300)
+    parser.add_argument(
+        "--bandwidth-gbs", type=float, default=4800.0, help="the GPU's memory bandwidth (H200: 4800 GB/s)"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("error: no CUDA device; run this on the GPU machine", file=sys.stderr)
         return 1
+    os.environ.setdefault("SGLANG_DDTREE_TRITON_SAMPLING", "1")
     du = import_new_module("sglang/srt/speculative/ddtree_utils.py", "series_ddtree_utils")
+    triton_sampling = os.environ["SGLANG_DDTREE_TRITON_SAMPLING"] == "1"
+    print(f"sampling path: {'Triton' if triton_sampling else 'torch reference'}")
+    prefilter = os.environ.get("SGLANG_DDTREE_TOPK_PREFILTER") == "1"
+    print(f"vocabulary top-k: {'group prefilter' if prefilter else 'tile kernel (default)'}")
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
     print(f"top-k {args.topk}, depth {args.depth}, vocab {args.vocab}; microseconds per step")
-    names = ("eager", "graph", "g_topk", "g_tree", "g_samp", "kernels")
+    names = ("eager", "graph", "g_topk", "topk%bw", "g_tree", "s_temp", "s_topp", "s_kpm", "s%bw", "search%",
+             "s_ref", "kernels")  # fmt: skip
     print(f"{'bs':>4} {'budget':>6} " + " ".join(f"{name:>8}" for name in names))
     rows = []
     for bs in args.bs:
         for budget in args.budget:
-            row = bench_one(du, bs, budget, args.topk, args.depth, args.vocab, args.iters)
+            row = bench_one(du, bs, budget, args.topk, args.depth, args.vocab, args.iters, args.bandwidth_gbs)
             rows.append(row)
-            print(
-                f"{bs:>4} {budget:>6} {row['eager_us']:>8.1f} {row['graph_us']:>8.1f} "
-                f"{row['graph_topk_us']:>8.1f} {row['graph_tree_us']:>8.1f} {row['graph_sampling_us']:>8.1f} "
-                f"{row['kernels_per_greedy_step']:>8}",
-                flush=True,
-            )
+            print(f"{bs:>4} {budget:>6} " + " ".join(table_cells(row)), flush=True)
     kernels = "Triton kernels" if du._kernels() is not None else "NO Triton: torch paths"
     print(f"top-k over the vocabulary, graphed, us ({kernels}):")
     print("  draft_topk: torch.topk + merge | chunked torch path | draft_topk;"

@@ -25,7 +25,13 @@
 #      and a frequency_penalty request (DDTREE: 400). Greedy outputs must equal plain decoding's; at a
 #      divergence the plain server's top-1 minus top-2 log-prob gap decides: > 0.25 a bug, else bf16 noise.
 #      Exit 0 PASS, 1 FAIL, 2 cannot run; server logs and summary.json in $OUT/stress. About 4-6 minutes.
-# usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|live|all|warm|stress]
+#   7. steps (tests/gpu/ddtree_step_checks.py, not in `all`): one tiny DDTREE server with
+#      SGLANG_DDTREE_SYNC_DEBUG=1 and SGLANG_DDTREE_TRITON_SAMPLING=1; first vs second request latency per
+#      sampling kind (no first-request JIT) and every host-device synchronisation torch's sync debug mode saw
+#      inside DDTREE steps.
+#   8. core (not in `all`): tests/gpu/test_ddtree_core_gpu.py (kernels vs torch, the Triton sampling kernels
+#      vs the torch reference, no sync, graph replay) and benchmarks/ddtree_core_bench.py ($OUT/core_bench.json).
+# usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|live|all|warm|stress|steps|core]
 #   SMOKE_TP=2 (or 4): the smoke's servers run tensor-parallel over that many GPUs (the TP top-k merge).
 #   STRESS_TP=2: the stress servers run tensor-parallel, and the odd requests sample (T 0.8, top-p 0.9).
 #   STRESS_ARGS="--budget 4": more stress_ddtree.py flags (--budget 4: block size 8 > budget + 1;
@@ -76,5 +82,20 @@ if [ "$what" = stress ]; then
   echo "stress: exit $src after $((SECONDS - t)) s"
   grep -hE "Traceback|Mem Leak|DFLASH draft OOM|#retracted_reqs|DDTREE" "$OUT"/stress/server-stress-*.log 2>/dev/null \
     | sed -E 's/[0-9]+/N/g' | sort | uniq -c | sort -rn | head -20
+fi
+if [ "$what" = steps ]; then
+  t=$SECONDS
+  python3 tests/gpu/ddtree_step_checks.py --out "$OUT"
+  src=$?
+  rc=$((rc | src))
+  echo "steps: exit $src after $((SECONDS - t)) s"
+fi
+if [ "$what" = core ]; then
+  t=$SECONDS
+  python3 -m pytest -q -p no:cacheprovider tests/gpu/test_ddtree_core_gpu.py 2>&1 | tail -15
+  rc=$((rc | PIPESTATUS[0]))
+  python3 benchmarks/ddtree_core_bench.py --json "$OUT/core_bench.json"
+  rc=$((rc | $?))
+  echo "core: $((SECONDS - t)) s"
 fi
 exit $rc

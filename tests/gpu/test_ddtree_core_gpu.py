@@ -1,6 +1,8 @@
 """DDTree core on CUDA: the CPU checks again, CPU/CUDA agreement, no host-device sync, CUDA-graph replay.
 
-The module comes from the patch text (tests/sglang_sources.py), as in the unit tier.
+The module comes from the patch text (tests/sglang_sources.py), as in the unit tier. The Triton sampling
+kernels serve only with SGLANG_DDTREE_TRITON_SAMPLING=1 (fixture `triton_sampling`); without it the torch
+reference runs, and it too must be sync-free and graph-capturable (it is the served default).
 """
 
 from __future__ import annotations
@@ -124,9 +126,14 @@ def test_triton_kernels_are_used_on_cuda(du: ModuleType) -> None:
     assert du._kernels_for(scores, 4) is not None, "ddtree_kernels did not load beside ddtree_utils"
 
 
+@pytest.mark.parametrize("prefilter", ["0", "1"], ids=["tile", "prefilter"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("vocab", [163840, 20480, 5000])
-def test_triton_topk_equals_torch_paths(du: ModuleType, dtype, vocab: int) -> None:
+def test_triton_topk_equals_torch_paths(
+    du: ModuleType, monkeypatch: pytest.MonkeyPatch, dtype, vocab: int, prefilter: str
+) -> None:
+    """Both tile kernels: the default and the opt-in group prefilter (SGLANG_DDTREE_TOPK_PREFILTER=1)."""
+    monkeypatch.setenv("SGLANG_DDTREE_TOPK_PREFILTER", prefilter)
     gen = torch.Generator(device=DEVICE).manual_seed(vocab)
     lp = (3 * torch.randn(4, 7, vocab, device=DEVICE, generator=gen)).log_softmax(-1).to(dtype)
     ties = torch.randint(0, 3, (4, 7, vocab), device=DEVICE, generator=gen).to(dtype)
@@ -140,3 +147,160 @@ def test_triton_topk_equals_torch_paths(du: ModuleType, dtype, vocab: int) -> No
         ref_values, ref_index = torch.sort(flat.float(), dim=-1, descending=True, stable=True)
         assert torch.equal(values, ref_values[:, :4]) and torch.equal(index, ref_index[:, :4])
         torch.testing.assert_close(lse, torch.logsumexp(flat.float(), dim=-1), rtol=1e-5, atol=1e-4)
+
+
+def sampling_inputs(bs: int, budget: int, vocab: int, seed: int):
+    """A tree, language-model-like verify logits [bs * N, vocab] that favour the drafted tokens, per-request
+    sampling settings (greedy, top-k, top-p, top-p + min-p, temperature only) and coins."""
+    du = core.load()
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+    depth, size = 7, budget + 1
+    lp = (3 * torch.randn(bs, depth, vocab, device=DEVICE, generator=gen)).log_softmax(-1)
+    tree = du.build_ddtree(lp, budget, 4)
+    logits = 2 * torch.randn(bs * size, vocab, device=DEVICE, generator=gen)
+    high = torch.randint(0, vocab, (bs * size, 64), device=DEVICE, generator=gen)
+    logits.scatter_add_(1, high, 12 * torch.rand(bs * size, 64, device=DEVICE, generator=gen))
+    rows_depth = torch.cat([tree.depth.new_zeros(bs, 1), tree.depth], dim=1).clamp(max=depth - 1)
+    favourite = lp.argmax(-1).gather(1, rows_depth).reshape(-1, 1)
+    logits.scatter_(1, favourite, logits.amax(dim=1, keepdim=True) + 3.0)
+    pattern = [(1.0, 1, 1.0, 0.0), (0.8, 40, 1.0, 0.0), (1.0, 1 << 30, 0.95, 0.0), (1.2, 50, 0.9, 0.05),
+               (1.0, 1 << 30, 1.0, 0.0)]  # fmt: skip
+    settings = [pattern[i % len(pattern)] for i in range(bs)]
+    params = {
+        "temperatures": torch.tensor([s[0] for s in settings], device=DEVICE),
+        "top_ks": torch.tensor([s[1] for s in settings], dtype=torch.int32, device=DEVICE),
+        "top_ps": torch.tensor([s[2] for s in settings], device=DEVICE),
+        "min_ps": torch.tensor([s[3] for s in settings], device=DEVICE),
+    }
+    coins = torch.rand(bs, depth, device=DEVICE, generator=gen)
+    final = torch.rand(bs, device=DEVICE, generator=gen)
+    return tree, logits, params, coins, final
+
+
+def torch_sampling(du: ModuleType, tree, logits, params, coins, final, renorm: bool):
+    """The torch reference on the GPU: sampling_target_probs' sort, then verify_sampling."""
+    bs, size = tree.tokens.shape[0], tree.num_verify_tokens
+    rows = {name: value.repeat_interleave(size) for name, value in params.items()}
+    probs = du.sampling_target_probs(
+        logits, rows["temperatures"], rows["top_ks"], rows["top_ps"], rows["min_ps"], top_p_after_top_k=renorm
+    )
+    return tree.verify_sampling(probs.view(bs, size, -1), coins=coins, final_coins=final)
+
+
+TRITON_SAMPLING_ENV = "SGLANG_DDTREE_TRITON_SAMPLING"
+
+
+@pytest.fixture
+def triton_sampling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sampling verification on the Triton kernels (opt-in in the served path)."""
+    monkeypatch.setenv(TRITON_SAMPLING_ENV, "1")
+
+
+SAMPLING_CONFIGS = [(1, 8, 163840), (16, 8, 163840), (8, 32, 163840), (12, 16, 5000)]  # bs budget vocab
+
+
+@pytest.mark.parametrize("renorm", [False, True])
+@pytest.mark.parametrize("bs,budget,vocab", SAMPLING_CONFIGS)
+def test_triton_sampling_equals_the_torch_reference(
+    du: ModuleType, triton_sampling: None, bs, budget, vocab, renorm: bool
+) -> None:
+    """Same accept length, path and bonus token as the torch reference for the same coins, on 20 draws of
+    each request; float rounding (Triton's exp against torch's) may flip a coin's boundary very rarely."""
+    same, total, accepted = 0, 0, 0
+    for seed in range(20):
+        tree, logits, params, coins, final = sampling_inputs(bs, budget, vocab, seed)
+        got = tree.verify_sampling_logits(logits, **params, top_p_after_top_k=renorm, coins=coins,
+                                          final_coins=final)  # fmt: skip
+        want = torch_sampling(du, tree, logits, params, coins, final, renorm)
+        agree = torch.ones(bs, dtype=torch.bool, device=DEVICE)
+        for g, w in zip(got, want, strict=True):
+            agree &= (g == w).reshape(bs, -1).all(dim=1)
+        same += int(agree.sum())
+        total += bs
+        accepted += int(want[0].sum())
+    assert same >= total - max(1, total // 100), f"{total - same} of {total} requests differ"
+    assert accepted >= total, f"the inputs barely exercise acceptance: {accepted} nodes in {total} walks"
+
+
+@pytest.mark.parametrize("switch", ["1", "0"], ids=["triton", "torch-reference"])
+def test_sampling_has_no_host_device_sync_and_replays_in_a_graph(
+    du: ModuleType, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    monkeypatch.setenv(TRITON_SAMPLING_ENV, switch)
+    tree, logits, params, coins, final = sampling_inputs(8, 8, 163840, seed=40)
+
+    def run():
+        return tree.verify_sampling_logits(logits, **params, coins=coins, final_coins=final)
+
+    run()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        run()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = run()
+    for seed in (41, 42, 43):
+        _, fresh_logits, _, fresh_coins, fresh_final = sampling_inputs(8, 8, 163840, seed)
+        logits.copy_(fresh_logits)
+        coins.copy_(fresh_coins)
+        final.copy_(fresh_final)
+        graph.replay()
+        eager = run()
+        torch.cuda.synchronize()
+        for replayed, expected in zip(outputs, eager, strict=True):
+            assert torch.equal(replayed, expected)
+
+
+def test_select_true_equals_nonzero_without_a_sync(du: ModuleType) -> None:
+    mask = torch.rand(37, 9, device=DEVICE) < 0.4
+    count = int(mask.sum())
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        picked = du.select_true(mask, count)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.equal(picked, mask.reshape(-1).nonzero().squeeze(1))
+
+
+def test_warm_up_compiles_every_sampling_variant(du: ModuleType, triton_sampling: None) -> None:
+    warmed = du.warm_up_kernels(8, 4, 7, 163840, DEVICE, local_vocab=20480)
+    assert warmed[:3] == ["topk_logsumexp", "build_tree", "verify_greedy"]
+    assert len([w for w in warmed if w.startswith("verify_sampling")]) == 9
+
+
+def test_warm_up_leaves_the_sampling_kernels_alone_unless_switched_on(
+    du: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(TRITON_SAMPLING_ENV, raising=False)
+    warmed = du.warm_up_kernels(8, 4, 7, 20480, DEVICE)
+    assert warmed == ["topk_logsumexp", "build_tree", "verify_greedy"]
+
+
+def test_a_sampling_kernel_failing_at_warm_up_switches_the_triton_sampling_path_off(
+    du: ModuleType, triton_sampling: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compile error at warm-up must not stop the server: logged, and sampled batches use the torch
+    reference."""
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("stub: the kernel did not compile")
+
+    monkeypatch.setattr(du._kernels(), "verify_sampling", broken)
+    monkeypatch.setattr(du, "_sampling_kernels_failed", [])
+    warmed = du.warm_up_kernels(8, 4, 7, 20480, DEVICE)
+    assert warmed == ["topk_logsumexp", "build_tree", "verify_greedy"]
+    assert du._sampling_kernels() is None
+    tree, logits, params, coins, final = sampling_inputs(2, 8, 20480, seed=7)
+    got = tree.verify_sampling_logits(logits, **params, coins=coins, final_coins=final)  # the torch reference
+    want = torch_sampling(du, tree, logits, params, coins, final, renorm=False)
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g, w)

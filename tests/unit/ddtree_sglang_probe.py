@@ -644,6 +644,46 @@ def _fallback_warning_facts() -> dict:
     return out
 
 
+def _warm_up_facts() -> dict:
+    """The worker's start-up warm-up when a Triton kernel fails to compile (stubbed: no GPU here): a logged
+    warning and no warmed paths instead of an exception; and the Triton sampling path's default (off)."""
+    import logging
+    import os
+
+    from sglang.srt.speculative import ddtree_utils, ddtree_worker
+
+    records: list[tuple[int, str]] = []
+
+    class _Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append((record.levelno, record.getMessage()))
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("PassManager::run failed (stub)")
+
+    handler = _Collect()
+    ddtree_worker.logger.addHandler(handler)
+    saved = ddtree_worker.warm_up_kernels
+    ddtree_worker.warm_up_kernels = broken
+    try:
+        warmed = ddtree_worker.warm_up_kernels_or_warn(8, 4, 7, 1000, "cpu", None)
+    finally:
+        ddtree_worker.warm_up_kernels = saved
+        ddtree_worker.logger.removeHandler(handler)
+    saved_env = os.environ.pop("SGLANG_DDTREE_TRITON_SAMPLING", None)
+    try:
+        default_on = ddtree_utils._sampling_kernels() is not None
+    finally:
+        if saved_env is not None:
+            os.environ["SGLANG_DDTREE_TRITON_SAMPLING"] = saved_env
+    return {
+        "warmed": warmed,
+        "warnings": [message for level, message in records if level == logging.WARNING],
+        "sampling_kernels_by_default": default_on,
+        "greedy_kernels_importable": ddtree_utils._kernels() is not None,
+    }
+
+
 def _topk_facts() -> dict:
     """The worker's vocab-parallel top-k (TP 1) against log_softmax + topk on the full logits."""
     import torch
@@ -821,8 +861,9 @@ def main() -> None:
     facts: dict = {}
     cases = {
         "defaults": [],
-        "explicit": ["--speculative-ddtree-budget", "2", "--speculative-ddtree-topk", "3"],
+        "explicit": ["--speculative-ddtree-budget", "7", "--speculative-ddtree-topk", "3"],
         "block4": ["--speculative-num-draft-tokens", "4", "--speculative-ddtree-budget", "2"],
+        "block_over_verify": ["--speculative-ddtree-budget", "2"],  # B = 8 from the drafter config
         "window": ["--speculative-draft-window-size", "64"],
         "window_too_small": ["--speculative-draft-window-size", "4"],
         "budget0": ["--speculative-ddtree-budget", "0"],
@@ -858,7 +899,8 @@ def main() -> None:
             "verify_is_dflash": issubclass(DDTreeVerifyInput, DFlashVerifyInput),
             "missing_methods": _methods_core_calls_but_spec_lacks(algo),
         }
-        args = _server_args([*base, "--speculative-ddtree-budget", "6"])
+        graph_flags = ["--speculative-ddtree-budget", "6", "--speculative-num-draft-tokens", "4"]
+        args = _server_args([*base, *graph_flags])
         _init_single_process_groups(args)
         facts["cuda_graph"] = _cuda_graph_facts(args)
         facts["verify"] = _verify_facts()
@@ -869,6 +911,7 @@ def main() -> None:
         facts["batch_invariant"] = _batch_invariant_facts()
         facts["sliding_window"] = _sliding_window_facts(args)
         facts["fallback_warning"] = _fallback_warning_facts()
+        facts["warm_up"] = _warm_up_facts()
         facts["filter_order"] = _filter_order_facts()
         facts["topk_tp2"] = _tp_facts(2)
     except Exception:

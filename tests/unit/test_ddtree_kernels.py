@@ -24,7 +24,7 @@ from tests.unit.test_ddtree_sglang import sglang_cpu_path  # noqa: F401  (fixtur
 KERNELS = "sglang/srt/speculative/ddtree_kernels.py"
 UTILS = "sglang/srt/speculative/ddtree_utils.py"
 CHECK = r"""
-import json, sys, torch
+import json, os, sys, torch
 from ddt import ddtree_kernels as dk, ddtree_utils as du
 
 def reference(x, k):
@@ -46,15 +46,18 @@ minus_inf = torch.full((2, 5000), float("-inf"))
 minus_inf[0, 4999] = 0.0
 cases["minus_inf"] = (minus_inf, 4)
 result = {}
-for name, (x, k) in cases.items():
-    values, index, lse = dk.topk_logsumexp(x, k)
-    ref_values, ref_index, ref_lse = reference(x, k)
-    result[name] = {
-        "values": torch.equal(values, ref_values),
-        "index": torch.equal(index, ref_index),
-        "index_dtype": str(index.dtype),
-        "lse": bool(torch.allclose(lse, ref_lse, rtol=1e-5, atol=1e-4)),
-    }
+for variant, switch in (("", "0"), (":prefilter", "1")):  # the default tile kernel, and the opt-in prefilter
+    os.environ["SGLANG_DDTREE_TOPK_PREFILTER"] = switch
+    for name, (x, k) in cases.items():
+        values, index, lse = dk.topk_logsumexp(x, k)
+        ref_values, ref_index, ref_lse = reference(x, k)
+        result[name + variant] = {
+            "values": torch.equal(values, ref_values),
+            "index": torch.equal(index, ref_index),
+            "index_dtype": str(index.dtype),
+            "lse": bool(torch.allclose(lse, ref_lse, rtol=1e-5, atol=1e-4)),
+        }
+os.environ.pop("SGLANG_DDTREE_TOPK_PREFILTER")
 try:
     dk.topk_logsumexp(torch.zeros(2, 10), 11)
     result["k_too_large"] = "no error"
@@ -138,9 +141,11 @@ CASES = ["kimi_vocab_k4", "short_last_tile", "one_tile", "k16_tp8_shard", "k_equ
          "bf16", "strided_rows", "minus_inf"]  # fmt: skip
 
 
+@pytest.mark.parametrize("variant", ["", ":prefilter"], ids=["tile", "prefilter"])
 @pytest.mark.parametrize("case", CASES)
-def test_topk_and_logsumexp_equal_the_sort_reference(kernel_results: dict, case: str) -> None:
-    got = kernel_results[case]
+def test_topk_and_logsumexp_equal_the_sort_reference(kernel_results: dict, case: str, variant: str) -> None:
+    """Both tile kernels: the default (validated on an H200) and the opt-in group prefilter."""
+    got = kernel_results[case + variant]
     assert got == {"values": True, "index": True, "index_dtype": "torch.int64", "lse": True}
 
 
@@ -200,6 +205,166 @@ def test_torch_fallback_of_vocab_topk_logsumexp_orders_ties_by_index() -> None:
     assert torch.allclose(lse, torch.logsumexp(scores, dim=-1))
 
 
+SAMPLING_CHECK = r"""
+import json, torch
+from ddt import ddtree_kernels as dk, ddtree_utils as du
+
+gen = torch.Generator().manual_seed(7)
+result = {}
+
+def per_request(values, n):
+    return None if values is None else values.repeat_interleave(n)
+
+# 1. The cut (which tokens each row keeps, and their mass) against sampling_target_probs' sorted order.
+filters = {  # per request: top_k (1: greedy), top_p, min_p
+    "top_k": torch.tensor([1, 5, 1 << 30, 40, 300, 1 << 30]),
+    "top_p": torch.tensor([1.0, 0.9, 0.95, 0.5, 0.99, 1.0]),
+    "min_p": torch.tensor([0.0, 0.05, 0.0, 0.0, 0.01, 0.1]),
+}
+temps = torch.tensor([1.0, 0.7, 1.3, 2.0, 0.5, 1.0])
+n, vocab = 3, 700
+logits = {
+    "randn": torch.randn(6 * n, vocab, generator=gen) * 3,
+    # bf16-rounded integers: many exactly tied logits, so the cut falls inside runs of ties
+    "ties": (torch.randn(6 * n, vocab, generator=gen) * 3).to(torch.bfloat16).float().round(),
+}
+# A language model's shape over five tiles: a low bulk and a few high tokens, so most tiles hold no
+# candidate and their mass is rescaled from their own maximum instead of read again.
+peaked = torch.randn(6 * n, 20000, generator=gen)
+high = torch.randint(0, 4096, (6 * n, 12), generator=gen)  # all in the first tile
+peaked.scatter_add_(1, high, 16 + 6 * torch.rand(6 * n, 12, generator=gen))
+logits["peaked"] = peaked
+variants = {  # name: (logits, which filters, top-p after top-k, candidate cap, candidate floor)
+    "all_filters": ("randn", ("top_k", "top_p", "min_p"), False, 64, 2.0**-14),
+    "all_filters_renorm": ("randn", ("top_k", "top_p", "min_p"), True, 64, 2.0**-14),
+    "ties": ("ties", ("top_k", "top_p", "min_p"), False, 64, 2.0**-14),
+    "ties_renorm_bisection": ("ties", ("top_k", "top_p", "min_p"), True, 8, 0.5),
+    "bisection": ("randn", ("top_k", "top_p", "min_p"), False, 8, 0.5),
+    "top_k_only_bisection": ("ties", ("top_k",), False, 8, 0.5),
+    "temperature_only": ("randn", (), False, 64, 2.0**-14),
+    "peaked_tiles": ("peaked", ("top_k", "top_p", "min_p"), False, 64, 2.0**-14),
+    "peaked_tiles_temperature_only": ("peaked", (), False, 64, 2.0**-14),
+}
+for name, (which, on, renorm, cap, floor) in variants.items():
+    x = logits[which]
+    params = [filters[f] if f in on else None for f in ("top_k", "top_p", "min_p")]
+    want = du.sampling_target_probs(x, per_request(temps, n), *(per_request(v, n) for v in params),
+                                    top_p_after_top_k=renorm)
+    cut = dk.filter_rows(x, temps, *params, n, top_p_after_top_k=renorm, candidate_cap=cap,
+                         candidate_floor=floor)
+    z = x / per_request(temps, n).unsqueeze(1)
+    key = du._float_key(z)
+    width = x.shape[1]
+    tile_max = torch.nn.functional.pad(z, (0, -width % 4096), value=float("-inf")).view(z.shape[0], -1, 4096)
+    skipped = torch.exp(tile_max.amax(dim=2) - z.amax(dim=1, keepdim=True)) < floor
+    index = torch.arange(width).unsqueeze(0)
+    kept = (key > cut["cut_key"].unsqueeze(1)) | (
+        (key == cut["cut_key"].unsqueeze(1)) & (index <= cut["cut_idx"].unsqueeze(1)))
+    probs = torch.where(kept, torch.exp(z - cut["row_max"].unsqueeze(1)) / cut["kept_mass"].unsqueeze(1), 0.0)
+    result[f"cut_{name}"] = {
+        "skipped_tiles": int(skipped.sum()),
+        "same_kept": torch.equal(kept, want > 0),
+        "probs_close": bool(torch.allclose(probs, want, rtol=1e-5, atol=1e-7)),
+        "row_max": torch.equal(cut["row_max"], z.amax(dim=1)),
+        "searched": int(cut["searched"].sum()),
+        "rows": int(cut["searched"].numel()),
+        "kept_sizes": sorted(set((want > 0).sum(dim=1).tolist())),
+    }
+
+# 2. The fused walk + bonus draw against verify_sampling_from_logits' torch path, the same coins.
+def walk_case(bs, budget, topk, depth, vocab, params, renorm, cap, floor, draws):
+    lp = (3 * torch.randn(bs, depth, vocab, generator=gen)).log_softmax(-1)
+    tree = du.build_ddtree(lp, budget, topk)
+    size = budget + 1
+    logits = torch.randn(bs * size, vocab, generator=gen) * 2
+    rows_depth = torch.cat([tree.depth.new_zeros(bs, 1), tree.depth], dim=1)
+    likely = lp.argmax(-1).gather(1, rows_depth.clamp(max=depth - 1))  # the drafter's favourite next token
+    logits.view(bs, size, vocab).scatter_add_(2, likely.unsqueeze(2), torch.full((bs, size, 1), 9.0))
+    temps = torch.rand(bs, generator=gen) + 0.3
+    valid = tree.valid if tree.has_padding else None
+    same, accepted = 0, 0
+    for _ in range(draws):
+        coins = torch.rand(bs, depth, generator=gen)
+        final = torch.rand(bs, generator=gen)
+        want = du.verify_sampling_from_logits(
+            tree.tokens, tree.parents, logits, temps, *params, top_p_after_top_k=renorm, coins=coins,
+            final_coins=final, mask=tree.mask, valid=valid, max_depth=depth, path=tree.path,
+            verify_depth=tree.verify_depth)
+        got = dk.verify_sampling(
+            tree.tokens, tree.parents, logits, temps, *params, coins, final, tree.mask, tree.path,
+            tree.verify_depth, valid, top_p_after_top_k=renorm, candidate_cap=cap, candidate_floor=floor)
+        same += all(g.dtype == w.dtype and torch.equal(g, w) for g, w in zip(got, want))
+        accepted += int(want[0].sum())
+    return {"same": same, "draws": draws, "accepted": accepted}
+
+mixed = (torch.tensor([1, 5, 1 << 30, 20]), torch.tensor([1.0, 0.9, 0.7, 0.95]),
+         torch.tensor([0.0, 0.05, 0.0, 0.2]))
+result["walk_temperature_only"] = walk_case(2, 8, 4, 7, 300, (None, None, None), False, 64, 2.0**-14, 3)
+result["walk_mixed"] = walk_case(4, 8, 4, 7, 300, mixed, False, 64, 2.0**-14, 3)
+result["walk_mixed_renorm_bisection"] = walk_case(4, 8, 4, 7, 300, mixed, True, 8, 0.3, 2)
+result["walk_top_p_padding"] = walk_case(2, 16, 4, 2, 3, (None, torch.full((2,), 0.9), None), False, 64,
+                                         2.0**-14, 3)
+print("SAMPLING-CHECK " + json.dumps(result))
+"""
+
+
+@pytest.fixture(scope="module")
+def sampling_results(kernel_package: Path, sglang_cpu_path: str) -> dict:  # noqa: F811
+    """The sampling kernels in Triton's interpreter against ddtree_utils' torch reference (one process)."""
+    env = {
+        **os.environ,
+        "TRITON_INTERPRET": "1",
+        "PYTHONPATH": os.pathsep.join([str(kernel_package.parent), sglang_cpu_path]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", SAMPLING_CHECK],
+        capture_output=True, text=True, env=env, timeout=900, cwd=kernel_package.parent,
+    )  # fmt: skip
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("SAMPLING-CHECK ")]
+    assert lines, f"sampling check printed nothing (rc {done.returncode}):\n{done.stderr[-3000:]}"
+    return json.loads(lines[-1].removeprefix("SAMPLING-CHECK "))
+
+
+CUTS = ["all_filters", "all_filters_renorm", "ties", "ties_renorm_bisection", "bisection",
+        "top_k_only_bisection", "temperature_only", "peaked_tiles",
+        "peaked_tiles_temperature_only"]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CUTS)
+def test_sampling_filter_keeps_the_sorted_reference_prefix(sampling_results: dict, case: str) -> None:
+    """Same kept tokens as sampling_target_probs' sort (ties included) and the same probabilities."""
+    got = sampling_results[f"cut_{case}"]
+    assert got["same_kept"] and got["probs_close"] and got["row_max"], got
+
+
+def test_sampling_filter_cases_exercise_both_cut_searches(sampling_results: dict) -> None:
+    """The candidate sort decides most rows at the default cap; a tiny cap forces the bisection."""
+    assert sampling_results["cut_all_filters"]["searched"] < sampling_results["cut_all_filters"]["rows"]
+    assert sampling_results["cut_bisection"]["searched"] >= 12
+    assert sampling_results["cut_temperature_only"]["searched"] == 0
+    assert sampling_results["cut_temperature_only"]["kept_sizes"] == [700]
+    assert sampling_results["cut_peaked_tiles"]["skipped_tiles"] >= 40  # of 18 rows x 5 tiles
+    assert sampling_results["cut_peaked_tiles"]["searched"] <= 3  # the hot (T 2) rows overflow a cap of 64
+    tied_sizes = sampling_results["cut_ties"]["kept_sizes"]
+    assert 1 in tied_sizes and len(tied_sizes) > 5
+
+
+WALKS = ["walk_temperature_only", "walk_mixed", "walk_mixed_renorm_bisection", "walk_top_p_padding"]
+
+
+@pytest.mark.parametrize("case", WALKS)
+def test_sampling_verify_kernels_equal_the_torch_walk(sampling_results: dict, case: str) -> None:
+    """Same accept length, accepted path and bonus token as the torch path for the same coins."""
+    got = sampling_results[case]
+    assert got["same"] == got["draws"], got
+    assert got["accepted"] >= 1, f"the case never accepts a draft node: {got}"
+
+
+def test_sampling_verify_cases_accept_many_draft_nodes(sampling_results: dict) -> None:
+    accepted = [sampling_results[case]["accepted"] for case in WALKS]
+    assert sum(accepted) >= 30, f"the cases barely exercise acceptance: {accepted}"
+
+
 COMPILE = r"""
 import json, sys
 import triton
@@ -226,6 +391,10 @@ kernels = {  # the pro6000 profile's shapes: vocab 163840, top-k 4, depth 7, bud
         {"scores_ptr": "*fp32", "cand_value_ptr": "*fp32", "cand_index_ptr": "*i32", "tile_max_ptr": "*fp32",
          "tile_sum_ptr": "*fp32"}, ["row_stride", "num_cols"],
         {"K": 4, "K_PAD": 4, "TILE": 4096, "NONE": 2**31 - 1}),
+    "_tile_topk_prefilter_kernel": signature(
+        {"scores_ptr": "*fp32", "cand_value_ptr": "*fp32", "cand_index_ptr": "*i32", "tile_max_ptr": "*fp32",
+         "tile_sum_ptr": "*fp32"}, ["row_stride", "num_cols"],
+        {"K": 4, "K_PAD": 4, "TILE": 4096, "GROUP": 64, "NONE": 2**31 - 1}),
     "_merge_topk_kernel": signature(
         {"cand_value_ptr": "*fp32", "cand_index_ptr": "*i32", "tile_max_ptr": "*fp32",
          "tile_sum_ptr": "*fp32", "out_value_ptr": "*fp32", "out_index_ptr": "*i64", "out_lse_ptr": "*fp32"},
@@ -238,6 +407,38 @@ kernels = {  # the pro6000 profile's shapes: vocab 163840, top-k 4, depth 7, bud
     "_tree_rows_kernel": signature(rows_ptrs, [], dict(C=43, D=7, D_PAD=8, BUDGET=8, N_PAD=16)),
     "_verify_greedy_kernel": signature(verify_ptrs, [], dict(N=9, N_PAD=16, D=7, D_PAD=8, HAS_VALID=False)),
 }
+# Sampling verification (pro6000 shapes, every filter on, top-p on the renormalised top-k mass).
+rows_ptrs = {"logits_ptr": "*fp32", "temp_ptr": "*fp32", "row_max_ptr": "*fp32", "kept_mass_ptr": "*fp32",
+             "cut_key_ptr": "*i32", "cut_idx_ptr": "*i32"}
+mass_ptrs = {"logits_ptr": "*fp32", "temp_ptr": "*fp32", "tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp64",
+             "count_ptr": "*i32",
+             "tile_mass_ptr": "*fp64", "cand_z_ptr": "*fp32", "cand_idx_ptr": "*i32", "floor": "fp32"}
+residual_ptrs = {**rows_ptrs, "tokens_ptr": "*i64", "parents_ptr": "*i64", "valid_ptr": "*i8",
+                 "last_ptr": "*i64", "tile_mass_ptr": "*fp64"}
+kernels.update({
+    "_sample_max_kernel": signature(
+        {"logits_ptr": "*fp32", "temp_ptr": "*fp32", "tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp64",
+         "count_ptr": "*i32"},
+        ["row_stride", "vocab"], dict(N=9, TILE=4096)),
+    "_sample_mass_kernel": signature(
+        mass_ptrs, ["row_stride", "vocab"], dict(N=9, TILE=4096, TILES=64, CAP=2048)),
+    "_sample_cut_kernel": signature(
+        {**mass_ptrs, **rows_ptrs, "topk_ptr": "*i32", "topp_ptr": "*fp32", "minp_ptr": "*fp32",
+         "searched_ptr": "*i8"}, ["row_stride", "vocab"],
+        dict(N=9, TILE=4096, TILES=64, CAP=2048, HAS_TOP_K=True, HAS_TOP_P=True, HAS_MIN_P=True,
+             RENORM=True)),
+    "_sample_walk_kernel": signature(
+        {**rows_ptrs, **dict(zip(
+            "tokens_ptr parents_ptr mask_ptr path_ptr verify_depth_ptr valid_ptr coins_ptr "
+            "accept_len_ptr accept_idx_ptr last_ptr fallback_ptr".split(),
+            ["*i64", "*i64", "*i8", "*i64", "*i64", "*i8", "*fp32"] + ["*i64"] * 4))},
+        ["row_stride"], dict(N=9, N_PAD=16, D=7, D_PAD=8, HAS_VALID=True)),
+    "_residual_mass_kernel": signature(
+        residual_ptrs, ["row_stride", "vocab"], dict(N=9, N_PAD=16, TILE=4096, HAS_VALID=True)),
+    "_residual_draw_kernel": signature(
+        {**residual_ptrs, "final_coins_ptr": "*fp32", "fallback_ptr": "*i64", "bonus_ptr": "*i64"},
+        ["row_stride", "vocab"], dict(N=9, N_PAD=16, TILE=4096, TILES=64, HAS_VALID=True)),
+})
 result = {}
 for arch in sys.argv[1:]:
     for name, (sig, constexprs) in kernels.items():
@@ -251,11 +452,18 @@ print("KERNEL-COMPILE " + json.dumps(result))
 """
 KERNEL_NAMES = [
     "_tile_topk_kernel",
+    "_tile_topk_prefilter_kernel",
     "_merge_topk_kernel",
     "_score_kernel",
     "_rank_kernel",
     "_tree_rows_kernel",
     "_verify_greedy_kernel",
+    "_sample_max_kernel",
+    "_sample_mass_kernel",
+    "_sample_cut_kernel",
+    "_sample_walk_kernel",
+    "_residual_mass_kernel",
+    "_residual_draw_kernel",
 ]
 
 

@@ -216,14 +216,22 @@ def test_ddtree_flags_default_to_budget_8_topk_4_and_verify_budget_plus_one(fact
     assert facts["args_lowercase"]["algorithm"] == "DDTREE"
 
 
-def test_explicit_flags_and_block_size_larger_than_the_verify_count(facts: dict) -> None:
+def test_explicit_flags_and_block_size_up_to_the_verify_count(facts: dict) -> None:
     e = facts["args_explicit"]
-    assert (e["budget"], e["topk"], e["num_draft_tokens"], e["block_size"]) == (2, 3, 3, 8)
-    assert e["max_spec_tokens"] == 8, "req_to_token headroom must cover the drafter's B slots too"
-    b = facts["args_block4"]
-    assert (b["num_draft_tokens"], b["block_size"], b["max_spec_tokens"]) == (3, 4, 4)
+    assert (e["budget"], e["topk"], e["num_draft_tokens"], e["block_size"]) == (7, 3, 8, 8)
+    assert e["max_spec_tokens"] == 8
     w = facts["args_window"]
     assert (w["window"], w["block_size"], w["num_draft_tokens"]) == (64, 8, 9)
+
+
+def test_block_size_above_budget_plus_one_is_refused_naming_both(facts: dict) -> None:
+    """B > N: the drafter would allocate B KV slots per request where the scheduler reserves N."""
+    for case, block, verify in (("block_over_verify", 8, 3), ("block4", 4, 3)):
+        got = facts[f"args_{case}"]
+        assert got.get("error") == "ValueError", got
+        message = got["message"]
+        assert f"the DFlash block size {block} exceeds the {verify} verify tokens per request" in message
+        assert "\n" not in message.strip() and message.startswith("DDTREE: ")
 
 
 @pytest.mark.parametrize(
@@ -266,10 +274,10 @@ def test_algorithm_registered_as_a_dflash_variant_with_its_worker(facts: dict) -
 
 
 def test_cuda_graph_runner_captures_budget_plus_one_for_the_target_and_b_for_the_drafter(facts: dict) -> None:
-    cg = facts["cuda_graph"]  # server args with --speculative-ddtree-budget 6, drafter block size 8
+    cg = facts["cuda_graph"]  # server args with --speculative-ddtree-budget 6, block size 4
     assert cg["target"]["per_request"] == 7
     assert cg["target"]["max_num_token"] == cg["target"]["max_bs"] * 7
-    assert cg["drafter"]["per_request"] == 8
+    assert cg["drafter"]["per_request"] == 4
     for backend in ("triton", "flashinfer"):
         capture = cg[f"capture_{backend}"]
         assert capture["draft_token_num"] == 7
@@ -376,6 +384,20 @@ def test_no_greedy_fallback_warning_for_ddtree(facts: dict) -> None:
     got = facts["fallback_warning"]
     assert len(got["dflash"]) == 1, got
     assert got["ddtree"] == [], got
+
+
+def test_a_kernel_failing_at_warm_up_is_a_warning_not_a_failed_start(facts: dict) -> None:
+    got = facts["warm_up"]
+    assert got["warmed"] == [], got
+    assert len(got["warnings"]) == 1 and "PassManager::run failed (stub)" in got["warnings"][0], got
+
+
+def test_triton_sampling_kernels_are_opt_in(facts: dict) -> None:
+    """Without SGLANG_DDTREE_TRITON_SAMPLING=1 the served sampling verify takes the torch reference, although
+    the Triton kernels import (and the greedy ones serve)."""
+    got = facts["warm_up"]
+    assert got["greedy_kernels_importable"], got
+    assert got["sampling_kernels_by_default"] is False, got
 
 
 @pytest.mark.parametrize("backend", ["pytorch", "flashinfer"])
