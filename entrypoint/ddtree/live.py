@@ -31,6 +31,7 @@ from ddtree import reference as reference_mod
 from ddtree.bench.client import Client, GenerationRequest, RequestResult
 from ddtree.bench.serverinfo import server_info_answer, server_settings
 from ddtree.bench.stats import describe
+from ddtree.checks import CheckResult, Context, Outcome, format_table, report_dict
 from ddtree.errors import UserError
 from ddtree.router import list_replicas
 from ddtree.serve import BLOCK_SIZE_FLAGS
@@ -391,10 +392,8 @@ _STATUS = {"pass": "pass", "warn": "fail", "fail": "fail", "skip": "skip"}
 _VERDICT_STATUS = {REPRODUCED: "pass", DEGRADED: "fail", FAILED: "fail", COULD_NOT_RUN: "error"}
 
 
-def outcomes(report: LiveReport) -> list[Any]:
+def outcomes(report: LiveReport) -> list[Outcome]:
     """The live steps as selfcheck outcomes (one row each), the verdict last."""
-    from ddtree.selfcheck import CheckResult, Outcome
-
     rows = []
     for step in report.checks:
         status = _STATUS[step.status]
@@ -422,7 +421,6 @@ def selfcheck_live(args: Any) -> int:
     import os
     import sys
 
-    from ddtree.selfcheck import Context, format_table, report_dict
     from ddtree.serve import api_key_from
 
     expectation = load_expectation(Path(args.reference) if args.reference else None)
@@ -457,10 +455,8 @@ def selfcheck_live(args: Any) -> int:
     return int(document["exit_code"])
 
 
-def replica_outcome(report: LiveReport) -> Any:
+def replica_outcome(report: LiveReport) -> Outcome:
     """One selfcheck row for a replica behind the router: its verdict and the first step that was not ok."""
-    from ddtree.selfcheck import CheckResult, Outcome
-
     first = next((c for c in report.checks if c.status in ("fail", "warn")), None)
     detail = report.verdict + (f": {first.name}: {first.detail}" if first else "")
     return Outcome(

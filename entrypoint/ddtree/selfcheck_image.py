@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from ddtree import gpu, image_identity, lockfile, serve, weights, weights_lock
+from ddtree.checks import CheckResult, Context, check, failed, passed, skipped
 from ddtree.errors import UserError
 from ddtree.fsutil import sha256_file
-from ddtree.selfcheck import CheckResult, Context, check, failed, passed, skipped
 
 IMAGE_LOCK = Path("/opt/ddtree/requirements.lock")
 SGLANG = "sglang"

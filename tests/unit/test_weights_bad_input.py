@@ -16,7 +16,8 @@ import struct
 from pathlib import Path
 
 import pytest
-from ddtree import cli, selfcheck, selfcheck_image, weights
+from ddtree import checks as framework
+from ddtree import cli, selfcheck_image, weights
 from ddtree.errors import UserError
 
 from tests.synthetic_weights import write_drafter, write_hf_cache, write_target
@@ -98,8 +99,8 @@ def test_selfcheck_drafter_check_compares_shapes(pair, tmp_path: Path) -> None:
         "DDTREE_TARGET": "pro6000", "DDTREE_ENV_DIR": str(REPO / "env"), "PATH": "/nonexistent",
         "DDTREE_MODEL_DIR": str(target), "DDTREE_DRAFTER_DIR": str(drafter),
     }  # fmt: skip
-    checks = [c for c in selfcheck.REGISTRY if c.name == "drafter"]
-    (outcome,) = selfcheck.run_checks(checks, selfcheck.Context(offline=True, environ=environ))
+    checks = [c for c in framework.REGISTRY if c.name == "drafter"]
+    (outcome,) = framework.run_checks(checks, framework.Context(offline=True, environ=environ))
     assert (
         outcome.result.status == "fail"
         and "has hidden_size 128 but the target's is 64" in outcome.result.detail
