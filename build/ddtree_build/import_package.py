@@ -35,6 +35,7 @@ import yaml
 from ddtree.errors import UserError
 from ddtree.fsutil import atomic_write, sha256_bytes, sha256_file
 from ddtree.lockfile import Pin, parse_pins
+from ddtree.os_release import parse_os_release
 from ddtree.reference import validate_reference
 from ddtree.targets import validate_target
 from ddtree.yamlfile import load_yaml
@@ -258,11 +259,7 @@ def _read(pkg: Path, rel: str) -> str:
 
 def system_facts(pkg: Path) -> dict[str, Any]:
     """OS, CUDA, driver and GPUs parsed from the package's text files; absent values are null."""
-    os_values = dict(
-        (k, v.strip().strip('"'))
-        for k, _, v in (line.partition("=") for line in _read(pkg, "env/os-release.txt").splitlines())
-        if v
-    )
+    os_values = {k: v for k, v in parse_os_release(_read(pkg, "env/os-release.txt")).items() if v}
     cuda = _read(pkg, "env/cuda.txt")
     nvcc = re.search(r"\bV(\d+\.\d+\.\d+)", cuda)
     cudart = re.search(r"libcudart\.so\.(\d+\.\d+\.\d+)", cuda)

@@ -97,14 +97,8 @@ class Expectation:
     source: str
 
 
-def default_reference_path() -> Path:
-    from ddtree.targets import default_targets_dir
-
-    return default_targets_dir().parent / "reference" / "results.yaml"
-
-
 def load_expectation(path: Path | None = None, result_id: str = REFERENCE_ID) -> Expectation:
-    path = path or default_reference_path()
+    path = path or reference_mod.default_reference_path()
     ref = reference_mod.load_reference(path)
     result = ref.results.get(result_id)
     if result is None or "output_tokens_per_s" not in result.figures:

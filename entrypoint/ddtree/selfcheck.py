@@ -30,6 +30,7 @@ from ddtree.checks import (
     run_checks,
 )
 from ddtree.numbers import COUNT, FRACTION, arg_type
+from ddtree.os_release import read_os_release
 
 MIN_PYTHON = (3, 10)
 
@@ -69,22 +70,9 @@ def _python(ctx: Context) -> CheckResult:
     return passed(f"{data['implementation']} {version} ({sys.executable})", **data)
 
 
-def _os_release(path: Path = Path("/etc/os-release")) -> dict[str, str]:
-    facts: dict[str, str] = {}
-    try:
-        text = path.read_text()
-    except OSError:
-        return facts
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            facts[key.strip()] = value.strip().strip('"')
-    return facts
-
-
 @check("platform")
 def _platform(ctx: Context) -> CheckResult:
-    os_release = _os_release()
+    os_release = read_os_release()
     libc, libc_version = platform.libc_ver()
     data = {
         "system": platform.system(),

@@ -310,9 +310,10 @@ def drafter_check(ctx: Context) -> CheckResult:
     if isinstance(launch, CheckResult):
         return launch
     target = None
-    # A broken target is the weights check's finding; the drafter is still checked on its own.
+    # A broken target is the weights check's finding; the drafter is still checked on its own. Its
+    # shape facts come from the target's config: the weights check has read the shard headers already.
     with contextlib.suppress(UserError):
-        target = serve.check_weights(launch)
+        target = serve.target_config(launch)
     summary = serve.check_drafter(launch, target)
     return passed(
         f"{summary.path}: block size {summary.block_size}, "

@@ -559,6 +559,13 @@ def check_weights(launch: Launch) -> weights.ModelSummary:
     )
 
 
+def target_config(launch: Launch) -> weights.ModelSummary:
+    """The target's config facts only (no shard headers): enough to check the drafter against."""
+    return weights.read_target_config(
+        launch.model_dir(), launch.model_type, env_var="MODEL_DIR or DDTREE_MODEL_DIR"
+    )
+
+
 def check_drafter(launch: Launch, target: weights.ModelSummary | None) -> weights.DrafterSummary:
     """The drafter against the profile's block size and, when the target was checked, its shape facts."""
     return weights.check_drafter(

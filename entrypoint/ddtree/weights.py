@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -235,8 +235,11 @@ def check_shards(paths: Iterable[Path]) -> tuple[ShardInfo, ...]:
     return tuple(check_shard(p) for p in paths)
 
 
-def check_target(folder: Path, expected_model_type: str | None, env_var: str = "MODEL_DIR") -> ModelSummary:
-    """The target model folder: config, model type, index, every shard header and size."""
+def read_target_config(
+    folder: Path, expected_model_type: str | None, env_var: str = "MODEL_DIR"
+) -> ModelSummary:
+    """The target's config facts (model type, layers, the drafter's shape facts), no shard read: what
+    the drafter check needs, without reading every shard header again."""
     require_folder(folder, "target weights", env_var)
     config = read_json(folder / "config.json", "target config")
     model_type = config.get("model_type")
@@ -245,15 +248,19 @@ def check_target(folder: Path, expected_model_type: str | None, env_var: str = "
             f"target config {folder / 'config.json'} has model_type {model_type!r}, the target expects "
             f"{expected_model_type!r}: mount the right model (Kimi K2.6 is kimi_k25)"
         )
-    shards = check_shards(shard_paths(folder))
     return ModelSummary(
         path=folder,
         model_type=str(model_type),
         num_hidden_layers=num_hidden_layers(config),
-        shards=shards,
         hidden_size=config_int(config, "hidden_size"),
         vocab_size=config_int(config, "vocab_size"),
     )
+
+
+def check_target(folder: Path, expected_model_type: str | None, env_var: str = "MODEL_DIR") -> ModelSummary:
+    """The target model folder: config, model type, index, every shard header and size."""
+    summary = read_target_config(folder, expected_model_type, env_var)
+    return replace(summary, shards=check_shards(shard_paths(folder)))
 
 
 def _dflash_field(config: dict[str, Any], key: str) -> Any:
