@@ -50,7 +50,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ddtree import smoke
+from ddtree import smoke, smoke_models, smoke_server
 from ddtree.bench.client import Client, iter_sse
 
 PROFILE = "pro6000"
@@ -438,10 +438,10 @@ class ServerRun:
 class Plan:
     """The phases every server gets, in order; DDTREE runs first and its outputs place the stop strings."""
 
-    def __init__(self, seed: int, settings: smoke.SmokeSettings, tp: int):
+    def __init__(self, seed: int, settings: smoke_models.SmokeSettings, tp: int):
         window = settings.window or 2048
-        self.mixed = mixed_requests(seed, window, settings.block_size, smoke.REAL_TOKENS, tp)
-        self.longs = long_requests(seed, window, smoke.REAL_TOKENS)
+        self.mixed = mixed_requests(seed, window, settings.block_size, smoke_models.REAL_TOKENS, tp)
+        self.longs = long_requests(seed, window, smoke_models.REAL_TOKENS)
         self.stops: list[StressRequest] = []
 
     def phases(self) -> dict[str, list[StressRequest]]:
@@ -466,7 +466,7 @@ def launched(
     label: str,
     mode_args: list[str],
     target: Path,
-    settings: smoke.SmokeSettings,
+    settings: smoke_models.SmokeSettings,
     out: Path,
     work,
     skip_choices: tuple[bool, ...] = (False, True),
@@ -475,7 +475,7 @@ def launched(
     work(client, with_tokenizer) -> (answers, refusal) on it, stop it: a ServerRun with its log."""
     for skip in skip_choices:
         log_path = out / f"server-stress-{label}{'-skip-tokenizer' if skip else ''}.log"
-        server = smoke.Server(target, mode_args, log_path, settings, skip_tokenizer_init=skip)
+        server = smoke_server.Server(target, mode_args, log_path, settings, skip_tokenizer_init=skip)
         try:
             ready = server.wait_ready()
         except RuntimeError as exc:
@@ -614,13 +614,13 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update(STRESS_ENV)  # both servers inherit it
         work = Path(tempfile.mkdtemp(prefix="ddtree-stress-"))
         try:
-            target, drafter = smoke.write_models(work / "models", settings)
-            smoke.write_tokenizer(target)
+            target, drafter = smoke_models.write_models(work / "models", settings)
+            smoke_models.write_tokenizer(target)
             add_context_noise(target, args.noise, args.seed)
             print(f"stress: tiny models in {work}, noise {args.noise}, TP {args.tp}, DDTREE block "
                   f"{settings.block_size}, budget {settings.budget}, top-k {settings.topk}, window "
                   f"{settings.window}, KV pool {KV_POOL_TOKENS}, env {STRESS_ENV}", flush=True)  # fmt: skip
-            ddtree_args = smoke.mode_args(label, drafter, settings)
+            ddtree_args = smoke_server.mode_args(label, drafter, settings)
             ddtree = launched(label, ddtree_args, target, settings, out, lambda c, t: plan.run(c, label, t))
             # the plain server the same way: stop strings need a tokenizer on both sides
             plain = launched("plain", [], target, settings, out, plain_work, (ddtree.skipped_tokenizer,))
