@@ -15,7 +15,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "serve",
     "router_cmd",
     "bench_cmd",
-    "weights",
+    "weights_cmd",
     "receipt",
     "profiles",
 )

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from ddtree import checks as framework
-from ddtree import cli, selfcheck_image, weights
+from ddtree import cli, selfcheck_image, weights, weights_hash
 from ddtree.errors import UserError
 
 from tests.synthetic_weights import write_drafter, write_hf_cache, write_target
@@ -257,11 +257,13 @@ def test_hash_write_to_a_read_only_folder_fails_before_hashing(
     folder = tmp_path / "t"
     write_target(folder)
     monkeypatch.setattr(
-        weights.tempfile,
+        weights_hash.tempfile,
         "mkstemp",
         lambda **_: (_ for _ in ()).throw(OSError(errno.EROFS, "Read-only file system")),
     )
-    monkeypatch.setattr(weights, "hash_files", lambda *a, **k: pytest.fail("hashed before checking --write"))
+    monkeypatch.setattr(
+        weights_hash, "hash_files", lambda *a, **k: pytest.fail("hashed before checking --write")
+    )
     code, out, err = _cli(capsys, "weights", "hash", str(folder), "--write", str(folder / "weights.sha256"))
     assert code == 1 and out == []
     assert err == [
@@ -305,4 +307,4 @@ def test_write_manifest_error_is_one_line(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(UserError, match=r"manifest .* cannot be written \(Not a directory\)"):
-        weights.write_manifest({"a": "0" * 64}, blocker / "sub" / "m.sha256")
+        weights_hash.write_manifest({"a": "0" * 64}, blocker / "sub" / "m.sha256")
