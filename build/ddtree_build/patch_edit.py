@@ -24,8 +24,8 @@ from ddtree.patchset import series as series_mod
 from ddtree.patchset.series import NEW, FileSpec, Patch, Series
 
 from ddtree_build import pristine
-from ddtree_build.engine import file_lock
 from ddtree_build.errors import UserError
+from ddtree_build.host import file_lock
 from ddtree_build.patch_check import CheckReport, check, series_path
 from ddtree_build.paths import REPO_ROOT
 

@@ -37,7 +37,7 @@ def test_the_images_router_lock_installs_and_the_router_answers_inside(docker: s
     `--no-deps -r env/router.lock` installs them too (no `pip check`: sglang's own dependencies are not
     in the CI lock); `ddtree router` then starts the router in a container without network, and its
     /health answers."""
-    from ddtree_build import engine, image, render
+    from ddtree_build import docker_build, image, render
 
     ctx = render.build_context("pro6000", "bootstrap")
     folder = tmp_path / "context"
@@ -48,12 +48,12 @@ def test_the_images_router_lock_installs_and_the_router_answers_inside(docker: s
     image.write_image_sbom(folder, image.OVERRIDE_LOCK, ctx, args, tag, tmp_path / "sbom.cdx.json")
     log = tmp_path / "build.log"
     try:
-        engine.build_image(
+        docker_build.build_image(
             folder,
             tag,
             dockerfile=dockerfile,
             build_args=args,
-            secrets={"ca": engine.HOST_CA_BUNDLE},
+            secrets={"ca": docker_build.HOST_CA_BUNDLE},
             log=log,
         )
     except Exception:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from ddtree_build import engine, image, render
+from ddtree_build import docker_build, image, render
 from ddtree_build.paths import ENV_DIR, REPO_ROOT
 
 TEST_NAME = "ddtree-test"
@@ -71,7 +71,7 @@ def build_ci_image(folder: Path, **options: Any) -> image.ImageResult:
 def ci_image(docker: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[image.ImageResult]:
     folder = tmp_path_factory.mktemp("ci-image")
     ca = folder / "ca.pem"
-    ca.write_text(engine.HOST_CA_BUNDLE.read_text() + f"\n# {CA_CANARY}\n")
+    ca.write_text(docker_build.HOST_CA_BUNDLE.read_text() + f"\n# {CA_CANARY}\n")
     result = build_ci_image(folder, ca_bundle=ca)
     yield result
     # Per-commit tags would pile up run after run; the build cache, not the tags, makes reruns fast.
@@ -250,12 +250,12 @@ def test_committed_dockerfile_builds_with_a_stand_in_base(
     image.write_image_sbom(folder, image.OVERRIDE_LOCK, ctx, args, tag, tmp_path / "sbom.cdx.json")
     log = tmp_path / "build.log"
     try:
-        engine.build_image(
+        docker_build.build_image(
             folder,
             tag,
             dockerfile=dockerfile,
             build_args=args,
-            secrets={"ca": engine.HOST_CA_BUNDLE},
+            secrets={"ca": docker_build.HOST_CA_BUNDLE},
             log=log,
         )
     except Exception:
@@ -322,7 +322,7 @@ def test_secret_scan_finds_a_leak(docker: str, ci_image: image.ImageResult, tmp_
         'RUN echo "$LEAK" > /leaked\n'
     )
     leak = "ddtree-leak-canary-2f9d"
-    engine.build_image(tmp_path, "ddtree-test:leaky", build_args={"LEAK": leak}, log=tmp_path / "log")
+    docker_build.build_image(tmp_path, "ddtree-test:leaky", build_args={"LEAK": leak}, log=tmp_path / "log")
     try:
         where = secrets_in_image(docker, "ddtree-test:leaky", [leak, HF_CANARY])
     finally:
