@@ -207,15 +207,7 @@ def run_live(
             "source": expectation.source,
         },
     )
-    names = [
-        "health",
-        "server_info",
-        "settings",
-        "generation",
-        "decode_tok_s",
-        "accept_length",
-        "greedy_output",
-    ]
+    names = list(receipt.REQUIRED_CHECKS["live"])  # a live receipt must carry every step, each passed
     if replicas is not None:
         names.insert(1, "replicas")
 

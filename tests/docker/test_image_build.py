@@ -50,6 +50,23 @@ def _ci_lock(folder: Path) -> Path:
     return out
 
 
+def build_with_ca(folder: Path, tag: str, dockerfile: Path, args: dict[str, str], log: Path) -> None:
+    """A BuildKit build of a staged context with the host CA bundle as its secret; on failure the log's
+    tail is printed (pytest shows it with the error)."""
+    try:
+        docker_build.build_image(
+            folder,
+            tag,
+            dockerfile=dockerfile,
+            build_args=args,
+            secrets={"ca": docker_build.HOST_CA_BUNDLE},
+            log=log,
+        )
+    except Exception:
+        print(log.read_text()[-5000:])
+        raise
+
+
 def build_ci_image(folder: Path, **options: Any) -> image.ImageResult:
     """The tier's CI-lock image through `ddtree-build image`'s code path, with the HF canary as token.
 
@@ -249,18 +266,7 @@ def test_committed_dockerfile_builds_with_a_stand_in_base(
     tag = "ddtree-test:nvidia-stand-in"
     image.write_image_sbom(folder, image.OVERRIDE_LOCK, ctx, args, tag, tmp_path / "sbom.cdx.json")
     log = tmp_path / "build.log"
-    try:
-        docker_build.build_image(
-            folder,
-            tag,
-            dockerfile=dockerfile,
-            build_args=args,
-            secrets={"ca": docker_build.HOST_CA_BUNDLE},
-            log=log,
-        )
-    except Exception:
-        print(log.read_text()[-5000:])
-        raise
+    build_with_ca(folder, tag, dockerfile, args, log)
     assert "apt-get install" in log.read_text()
     script = f"ddtree --version && python -m ddtree.patchset verify --root {SITE}"
     out = docker_run(docker, "--entrypoint", "bash", tag, "-c", script)

@@ -231,20 +231,6 @@ def retractions(text: str) -> int:
 # ---------------------------------------------------------------------------------------- talking to a server
 
 
-def _post(client: Client, route: str, payload: dict[str, Any], timeout: float) -> tuple[int, str]:
-    conn = client.endpoint.connect(timeout)
-    try:
-        conn.request(
-            "POST", client.endpoint.path(route), json.dumps(payload), {"Content-Type": "application/json"}
-        )
-        resp = conn.getresponse()
-        return resp.status, resp.read().decode("utf-8", "replace")
-    except (OSError, http.client.HTTPException) as exc:
-        return 0, f"{type(exc).__name__}: {exc}"
-    finally:
-        conn.close()
-
-
 def answer_from(data: dict[str, Any]) -> Answer:
     """An Answer from /generate's JSON (a whole answer, or a stream's last event)."""
     if "error" in data:
@@ -263,7 +249,7 @@ def send(client: Client, req: StressRequest, rid: str) -> Answer:
     """One /generate call (streamed and aborted mid-stream when the request says so)."""
     if req.abort:
         return send_and_abort(client, req, rid)
-    status, body = _post(client, "/generate", req.payload(rid), REQUEST_TIMEOUT_S)
+    status, body = client.post_text("/generate", req.payload(rid), REQUEST_TIMEOUT_S)
     if status != 200:
         return Answer(error=f"HTTP {status}: {body[:300]}")
     return answer_from(json.loads(body))
@@ -285,7 +271,7 @@ def send_and_abort(client: Client, req: StressRequest, rid: str) -> Answer:
                 break
             last = json.loads(data)
             if events == ABORT_AFTER_EVENTS:
-                _post(client, "/abort_request", {"rid": rid}, 30.0)
+                client.post_text("/abort_request", {"rid": rid}, 30.0)
     except (OSError, http.client.HTTPException, json.JSONDecodeError) as exc:
         return Answer(error=f"{type(exc).__name__}: {exc}")
     finally:
@@ -313,7 +299,7 @@ def divergence_gap(client: Client, prompt: list[int], prefix: list[int]) -> floa
         "return_logprob": True,
         "top_logprobs_num": 2,
     }
-    status, body = _post(client, "/generate", payload, REQUEST_TIMEOUT_S)
+    status, body = client.post_text("/generate", payload, REQUEST_TIMEOUT_S)
     if status != 200:
         return None
     return top2_gap(json.loads(body).get("meta_info", {}))
@@ -457,7 +443,7 @@ class Plan:
         got["long"] = run_phase(client, label, "long", self.longs)
         payload = StressRequest("penalty", self.mixed[0].prompt[:32], 8).payload(f"{label}-penalty")
         payload["sampling_params"]["frequency_penalty"] = 0.5
-        status, body = _post(client, "/generate", payload, REQUEST_TIMEOUT_S)
+        status, body = client.post_text("/generate", payload, REQUEST_TIMEOUT_S)
         return got, Answer(finish="length" if status == 200 else None, error=None if status == 200 else
                            f"HTTP {status}: {body[:300]}")  # fmt: skip
 
