@@ -284,14 +284,14 @@ def test_a_server_that_needs_skip_tokenizer_init_is_started_again_that_way(
         "ddtree",
         [],
         tmp_path,
-        stress.smoke.SmokeSettings(),
+        stress.smoke_models.SmokeSettings(),
         tmp_path,
         lambda c, t: (seen.append(t), ({}, None))[1],
     )
     assert started == [False, True] and seen == [False]
     assert run.skipped_tokenizer and run.alive and stress.retractions(run.log) == 1
     with pytest.raises(RuntimeError):
-        stress.launched("plain", [], tmp_path, stress.smoke.SmokeSettings(), tmp_path, None, (False,))
+        stress.launched("plain", [], tmp_path, stress.smoke_models.SmokeSettings(), tmp_path, None, (False,))
 
 
 def test_dflash_runs_the_same_stress_without_the_ddtree_only_checks(tmp_path: Path, capsys) -> None:
