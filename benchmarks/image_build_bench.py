@@ -32,7 +32,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ddtree_build import engine, image
+from ddtree_build import docker_build, engine, image
 from ddtree_build.paths import CACHE_DIR, REPO_ROOT
 
 UNITS = {"B": 1, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9}
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not args.skip_cold:
             subprocess.run(
-                [engine.docker_cli(), "builder", "prune", "-f", "--filter", "type=exec.cachemount"],
+                [docker_build.docker_cli(), "builder", "prune", "-f", "--filter", "type=exec.cachemount"],
                 check=True,
                 capture_output=True,
             )

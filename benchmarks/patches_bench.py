@@ -27,7 +27,7 @@ from ddtree.fsutil import sha256_bytes
 from ddtree.patchset import apply, udiff, verify
 from ddtree.patchset import series as series_mod
 from ddtree.patchset.series import FileSpec, Patch, Series
-from ddtree_build import patch_workflow, pristine
+from ddtree_build import patch_check, pristine
 from ddtree_build.paths import PATCHES_DIR
 
 GOAL_CHECK_S = 5.0
@@ -75,7 +75,7 @@ def bench(label: str, series_path: Path, wheel: Path, runs: int) -> list[tuple[s
     loaded = series_mod.load(series_path)
     size = sum(len(p.files) for p in loaded.patches)
     rows = []
-    check_engine = _median_time(lambda: patch_workflow.check(series_path), runs)
+    check_engine = _median_time(lambda: patch_check.check(series_path), runs)
     check_cli = _median_time(
         lambda: _cli(["-m", "ddtree_build.cli", "patches", "check", "--series", str(series_path)]), runs
     )

@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "entrypoint"), str(REPO)]
 
-from ddtree import weights  # noqa: E402
+from ddtree import weights, weights_hash  # noqa: E402
 
 from tests.synthetic_weights import write_target  # noqa: E402
 
@@ -85,7 +85,7 @@ def main() -> int:
         ours = theirs = theirs_parallel = float("inf")
         digests = reference = {}
         for _ in range(args.repeats):
-            t, report = timed(lambda: weights.full_hash(folder, workers=cores, stream=io.StringIO()))
+            t, report = timed(lambda: weights_hash.full_hash(folder, workers=cores, stream=io.StringIO()))
             ours, digests = min(ours, t), report.digests
             t, reference = timed(lambda: sha256sum(paths))
             theirs = min(theirs, t)

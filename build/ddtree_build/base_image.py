@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ddtree.fsutil import sha256_bytes
 
-from ddtree_build import engine
+from ddtree_build import docker_build, engine, host
 from ddtree_build.errors import UserError, one_line
 from ddtree_build.paths import CACHE_DIR
 
@@ -95,11 +95,11 @@ def _require_debootstrap(say: Callable[[str], None]) -> str:
     for found in (shutil.which("debootstrap"), "/usr/sbin/debootstrap"):
         if found and Path(found).exists():
             return found
-    if not (engine.is_root() and engine.is_debian()):
+    if not (host.is_root() and host.is_debian()):
         raise UserError("debootstrap is missing: install it (Debian: apt-get install debootstrap) and rerun")
     log = CACHE_DIR / "logs" / "apt-debootstrap.log"
     say(f"base-image: installing debootstrap from Debian (log: {log})")
-    engine.apt_install(["debootstrap"], log)
+    host.apt_install(["debootstrap"], log)
     return shutil.which("debootstrap") or "/usr/sbin/debootstrap"
 
 
@@ -134,7 +134,7 @@ def _run_debootstrap(recipe: Recipe, rootfs: Path, log: Path, say: Callable[[str
                 last_stage, last_print = stage, now
         code = proc.wait()
     if code != 0:
-        raise UserError(f"debootstrap failed (exit {code}); log {log}: {engine._tail(log, 10)}")
+        raise UserError(f"debootstrap failed (exit {code}); log {log}: {host.log_tail(log, 10)}")
 
 
 def _trim_rootfs(rootfs: Path) -> None:
@@ -161,7 +161,7 @@ def _docker_import(recipe: Recipe, rootfs: Path, tag: str) -> None:
         f"LABEL org.ddtree.base.suite={recipe.suite}",
         f"LABEL org.ddtree.base.packages={','.join(sorted(recipe.packages))}",
     ]
-    cmd = [engine.docker_cli(), "import"]
+    cmd = [docker_build.docker_cli(), "import"]
     for change in changes:
         cmd += ["--change", change]
     cmd += ["-", tag]
@@ -180,13 +180,13 @@ def _smoke_test(tag: str) -> None:
     """The interpreter runs and can make a venv: what every image built on top relies on."""
     probe = "import ensurepip, ssl, venv; import sys; print(sys.version.split()[0])"
     out = subprocess.run(
-        [engine.docker_cli(), "run", "--rm", "--network=none", tag, "python3", "-c", probe],
+        [docker_build.docker_cli(), "run", "--rm", "--network=none", tag, "python3", "-c", probe],
         capture_output=True,
         text=True,
         check=False,
     )
     if out.returncode != 0:
-        subprocess.run([engine.docker_cli(), "image", "rm", tag], capture_output=True, check=False)
+        subprocess.run([docker_build.docker_cli(), "image", "rm", tag], capture_output=True, check=False)
         detail = one_line(out.stderr.strip()[-300:])
         raise UserError(f"base image {tag} fails its smoke test (removed): {detail}")
 
@@ -194,7 +194,7 @@ def _smoke_test(tag: str) -> None:
 def build_base_image(recipe: Recipe, say: Callable[[str], None]) -> str:
     """Build the base image for `recipe` from scratch (needs root for debootstrap)."""
     tag = recipe.tag()
-    if not engine.is_root():
+    if not host.is_root():
         raise UserError(f"building {tag} needs root (debootstrap); run `make base-image` as root")
     work = CACHE_DIR / "base-image"
     rootfs = work / f"rootfs-{recipe.digest()}"
@@ -222,10 +222,10 @@ def ensure_base_image(say: Callable[[str], None] = print, recipe: Recipe | None 
     """Return the base image's tag, building it first when the engine does not have it yet."""
     recipe = recipe or Recipe()
     tag = recipe.tag()
-    if engine.image_exists(tag):
+    if docker_build.image_exists(tag):
         return tag
-    with engine.host_lock("base-image"):
-        if engine.image_exists(tag):
+    with host.host_lock("base-image"):
+        if docker_build.image_exists(tag):
             return tag
         return build_base_image(recipe, say)
 

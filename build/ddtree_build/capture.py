@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddtree.errors import UserError
+from ddtree.os_release import parse_os_release
 
 from ddtree_build import paths, pristine
 from ddtree_build.package_manifest import write_manifest
@@ -121,12 +122,7 @@ def probe_os(os_release: Path) -> tuple[dict[str, str], str]:
         text = os_release.read_text(encoding="utf-8")
     except OSError:
         return {}, f"absent: {os_release} not readable\n"
-    values = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            values[key.strip()] = value.strip().strip('"')
-    return values, text
+    return parse_os_release(text), text
 
 
 def probe_cuda(site_root: str | None) -> tuple[str | None, list[str], str]:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
-from ddtree.errors import run_cli
+from ddtree.errors import command_parser, run_cli
 
 from ddtree_build import __version__
 
@@ -26,12 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ddtree-build", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"ddtree-build {__version__}")
-    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"ddtree_build.{name}").register(subparsers)
-    return parser
+    return command_parser("ddtree-build", __doc__, __version__, "ddtree_build", COMMAND_MODULES)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ddtree.fsutil import atomic_write, sha256_file
 
-from ddtree_build import engine, render
+from ddtree_build import docker_build, engine, render
 from ddtree_build.errors import UserError, one_line
 from ddtree_build.paths import CACHE_DIR, ENV_DIR, PATCHES_DIR, REPO_ROOT
 
@@ -182,7 +182,7 @@ def build_secrets(hf_token: str | None, ca_bundle: Path | None = None) -> Iterat
     """id -> file for `--secret`: the CA bundle (default: the host's), and the HF token in a 0600 file
     deleted afterwards."""
     secrets: dict[str, Path] = {}
-    ca = ca_bundle or engine.HOST_CA_BUNDLE
+    ca = ca_bundle or docker_build.HOST_CA_BUNDLE
     if ca.is_file():
         secrets["ca"] = ca
     with tempfile.TemporaryDirectory(prefix="ddtree-secrets-") as tmp:
@@ -200,7 +200,7 @@ def build_secrets(hf_token: str | None, ca_bundle: Path | None = None) -> Iterat
 def inspect_image(tag: str) -> dict:
     """`docker image inspect` through the build client, so it asks the engine the build went to."""
     out = subprocess.run(
-        [engine.docker_cli(), "image", "inspect", tag], capture_output=True, text=True, check=False
+        [docker_build.docker_cli(), "image", "inspect", tag], capture_output=True, text=True, check=False
     )
     if out.returncode != 0:
         raise UserError(f"docker image inspect {tag} failed: {one_line(out.stderr)}")
@@ -231,7 +231,11 @@ def build(
         base_image.ensure_base_image(say)
     ctx = render.build_context(target, chosen)
     # The local image first: a probe of the registry (up to 3 s offline) is only needed when it is absent.
-    if chosen == "nvidia" and not engine.image_exists(ctx.base_image) and registry_reachable() is not None:
+    if (
+        chosen == "nvidia"
+        and not docker_build.image_exists(ctx.base_image)
+        and registry_reachable() is not None
+    ):
         raise UserError(
             f"the nvidia base {ctx.base_image} is not here and {REGISTRY_HOST} cannot be reached; "
             "pull it on a connected host (docker save | docker load) or use --base bootstrap"
@@ -263,7 +267,7 @@ def build(
             build_args["TREE_SHA256"] = tree_digest_of_stage(
                 folder, dockerfile, build_args, secrets, log, f"{name}:{target}-tree-stage", no_cache
             )
-            engine.build_image(
+            docker_build.build_image(
                 folder,
                 tags[0],
                 dockerfile=dockerfile,
@@ -332,7 +336,7 @@ def tree_digest_of_stage(
     that stage first (the full build then reuses it from the cache) lets the final LABEL carry it."""
     iid_file = folder / "stage-id"
     stage_log = log.with_name(log.name + ".tree-stage") if log else None
-    engine.build_image(
+    docker_build.build_image(
         folder,
         stage_tag,
         dockerfile=dockerfile,
@@ -347,7 +351,7 @@ def tree_digest_of_stage(
             *(["--no-cache"] if no_cache else []),
         ],
     )
-    client = engine.docker_cli()
+    client = docker_build.docker_cli()
     done = subprocess.run(
         [
             client,

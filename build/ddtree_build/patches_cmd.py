@@ -21,19 +21,19 @@ def _series_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from ddtree_build import patch_workflow
+    from ddtree_build import patch_check
 
-    print(patch_workflow.check(args.series, against=args.against).summary())
+    print(patch_check.check(args.series, against=args.against).summary())
     return 0
 
 
 def _apply(args: argparse.Namespace) -> int:
     from ddtree.patchset import engine, series
 
-    from ddtree_build import patch_workflow
+    from ddtree_build import patch_check
 
-    loaded = series.load(args.series or patch_workflow.series_path())
-    reference = patch_workflow.pristine_reference(loaded)
+    loaded = series.load(args.series or patch_check.series_path())
+    reference = patch_check.pristine_reference(loaded)
     print(engine.apply(args.root, loaded, reference=reference).summary())
     return 0
 
@@ -41,9 +41,9 @@ def _apply(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from ddtree.patchset.verify import verify
 
-    from ddtree_build import patch_workflow
+    from ddtree_build import patch_check
 
-    result = verify(args.root, args.series or patch_workflow.series_path())
+    result = verify(args.root, args.series or patch_check.series_path())
     if not result.ok:
         raise UserError(result.summary())
     print(result.summary())
@@ -51,9 +51,9 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _edit(args: argparse.Namespace) -> int:
-    from ddtree_build import patch_workflow
+    from ddtree_build import patch_edit
 
-    tree = patch_workflow.edit(args.name, new=args.new, after=args.after, force=args.force)
+    tree = patch_edit.edit(args.name, new=args.new, after=args.after, force=args.force)
     what = "the series up to " + (args.after or "its end") if args.new else f"the series up to {args.name}"
     print(f"work tree: {tree} (pristine sglang + {what})")
     print(f"edit files there (new files too), then: ddtree-build patches refresh {args.name}")
@@ -61,9 +61,9 @@ def _edit(args: argparse.Namespace) -> int:
 
 
 def _refresh(args: argparse.Namespace) -> int:
-    from ddtree_build import patch_workflow
+    from ddtree_build import patch_edit
 
-    report = patch_workflow.refresh(
+    report = patch_edit.refresh(
         args.name, purpose=args.purpose, signature_args=args.signatures, new=args.new, after=args.after
     )
     print(f"wrote patches/{report.patch.diff}: {len(report.changed)} file(s): {', '.join(report.changed)}")
@@ -82,9 +82,9 @@ def _refresh(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from ddtree_build import patch_workflow
+    from ddtree_build import patch_edit
 
-    print("\n".join(patch_workflow.list_patches()))
+    print("\n".join(patch_edit.list_patches()))
     return 0
 
 

@@ -6,7 +6,6 @@ and platform), never to a locally installed copy that may already differ.
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import zipfile
 from pathlib import Path
 
 from ddtree.fsutil import sha256_file
+from ddtree.lockfile import read_pins
 
 from ddtree_build.errors import UserError
 from ddtree_build.paths import CACHE_DIR, ENV_DIR
@@ -42,18 +42,17 @@ def cached_wheel(distribution: str, version: str) -> Path | None:
 
 def lock_hashes(distribution: str, version: str) -> set[str]:
     """sha256s the project's hash locks (env/requirements*.lock) allow for distribution==version."""
-    pin = re.compile(rf"^{re.escape(distribution)}=={re.escape(version)}(\s|\\|;|$)", re.IGNORECASE)
-    hashes: set[str] = set()
-    for lock in sorted(ENV_DIR.glob("requirements*.lock")):
-        inside = False
-        for line in lock.read_text(encoding="utf-8").splitlines():
-            if pin.match(line):
-                inside = True
-            elif inside and line.strip().startswith("--hash=sha256:"):
-                hashes.add(line.strip().split(":", 1)[1].split()[0])
-            elif inside and line.strip():
-                inside = False
-    return hashes
+    from packaging.utils import canonicalize_name  # lazily, as in ddtree.lockfile (start-up time)
+
+    name = canonicalize_name(distribution)
+    return {
+        digest.split(":", 1)[1]
+        for lock in sorted(ENV_DIR.glob("requirements*.lock"))
+        for pin in read_pins(lock)
+        if pin.name == name and pin.version == version
+        for digest in pin.hashes
+        if digest.startswith("sha256:")
+    }
 
 
 def check_against_lock(wheel: Path, distribution: str, version: str) -> None:

@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from ddtree.fsutil import atomic_write, read_text
+from ddtree.yamlfile import load_yaml
 
 from ddtree_build.errors import UserError
 from ddtree_build.paths import ENV_DIR, REPO_ROOT, TEMPLATES_DIR
@@ -103,23 +103,6 @@ def label_pairs(ctx: RenderContext) -> tuple[tuple[str, str], ...]:
 # ---------------------------------------------------------------- reading env/
 
 
-def _shown(path: Path) -> str:
-    """A path relative to the checkout when it is inside it (shorter messages)."""
-    try:
-        return str(path.relative_to(REPO_ROOT))
-    except ValueError:
-        return str(path)
-
-
-def _load_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text())
-    except FileNotFoundError as exc:
-        raise UserError(f"{_shown(path)} is missing; it is part of env/ (issue 3)") from exc
-    except yaml.YAMLError as exc:
-        raise UserError(f"{_shown(path)}: not valid YAML ({str(exc).splitlines()[0]}); fix the file") from exc
-
-
 def _dig(data: Any, *keys: str) -> Any:
     """data[k1][k2]... or None when any level is missing (the env/ schemas own validation)."""
     for key in keys:
@@ -198,7 +181,10 @@ def build_context(target: str, base: str) -> RenderContext:
         raise UserError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     if base not in BASES:
         raise UserError(f"unknown base {base!r}; choose one of {', '.join(BASES)}")
-    system = _load_yaml(ENV_DIR / "system.yaml") or {}
+    system_path = ENV_DIR / "system.yaml"
+    if not system_path.is_file():
+        raise UserError(f"{system_path} is missing; it is part of env/ (issue 3)")
+    system = load_yaml(system_path) or {}
     cuda_version = _cuda_version(system)
     facts = _base_facts(system, base)
     if base == "nvidia":

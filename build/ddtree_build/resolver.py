@@ -9,7 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ddtree_build.engine import HOST_CA_BUNDLE
+from ddtree_build.docker_build import HOST_CA_BUNDLE
 from ddtree_build.errors import UserError, one_line
 
 PYPI_INDEX = "https://pypi.org/simple"

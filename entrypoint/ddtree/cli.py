@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
 from ddtree import __version__
-from ddtree.errors import run_cli
+from ddtree.errors import command_parser, run_cli
 
 # Each entry is a module under ddtree with a `register(subparsers)` function.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -15,19 +14,14 @@ COMMAND_MODULES: tuple[str, ...] = (
     "serve",
     "router_cmd",
     "bench_cmd",
-    "weights",
+    "weights_cmd",
     "receipt",
     "profiles",
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ddtree", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"ddtree {__version__}")
-    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"ddtree.{name}").register(subparsers)
-    return parser
+    return command_parser("ddtree", __doc__, __version__, "ddtree", COMMAND_MODULES)
 
 
 def main(argv: list[str] | None = None) -> int:

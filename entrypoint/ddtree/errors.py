@@ -1,4 +1,5 @@
-"""One exception for problems the user can fix: printed as one line, no traceback."""
+"""One exception for problems the user can fix: printed as one line, no traceback; and the frame both
+CLIs (`ddtree`, `ddtree-build`) run in, so they build, start and fail alike."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # argparse only for the annotation: importing errors stays free
     import argparse
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
 
 class UserError(Exception):
@@ -16,6 +17,22 @@ class UserError(Exception):
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def command_parser(
+    prog: str, description: str | None, version: str, package: str, modules: Sequence[str]
+) -> argparse.ArgumentParser:
+    """A CLI's top parser: --version, and one subcommand per module of `package` in `modules` (each has
+    `register(subparsers)`; importing them is most of a CLI's start-up)."""
+    import argparse
+    import importlib
+
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--version", action="version", version=f"{prog} {version}")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in modules:
+        importlib.import_module(f"{package}.{name}").register(subparsers)
+    return parser
 
 
 def run_command(prog: str, args: argparse.Namespace) -> int:

@@ -31,6 +31,7 @@ from ddtree import reference as reference_mod
 from ddtree.bench.client import Client, GenerationRequest, RequestResult
 from ddtree.bench.serverinfo import server_info_answer, server_settings
 from ddtree.bench.stats import describe
+from ddtree.checks import CheckResult, Context, Outcome, format_table, report_dict
 from ddtree.errors import UserError
 from ddtree.router import list_replicas
 from ddtree.serve import BLOCK_SIZE_FLAGS
@@ -96,14 +97,8 @@ class Expectation:
     source: str
 
 
-def default_reference_path() -> Path:
-    from ddtree.targets import default_targets_dir
-
-    return default_targets_dir().parent / "reference" / "results.yaml"
-
-
 def load_expectation(path: Path | None = None, result_id: str = REFERENCE_ID) -> Expectation:
-    path = path or default_reference_path()
+    path = path or reference_mod.default_reference_path()
     ref = reference_mod.load_reference(path)
     result = ref.results.get(result_id)
     if result is None or "output_tokens_per_s" not in result.figures:
@@ -212,15 +207,7 @@ def run_live(
             "source": expectation.source,
         },
     )
-    names = [
-        "health",
-        "server_info",
-        "settings",
-        "generation",
-        "decode_tok_s",
-        "accept_length",
-        "greedy_output",
-    ]
+    names = list(receipt.REQUIRED_CHECKS["live"])  # a live receipt must carry every step, each passed
     if replicas is not None:
         names.insert(1, "replicas")
 
@@ -391,10 +378,8 @@ _STATUS = {"pass": "pass", "warn": "fail", "fail": "fail", "skip": "skip"}
 _VERDICT_STATUS = {REPRODUCED: "pass", DEGRADED: "fail", FAILED: "fail", COULD_NOT_RUN: "error"}
 
 
-def outcomes(report: LiveReport) -> list[Any]:
+def outcomes(report: LiveReport) -> list[Outcome]:
     """The live steps as selfcheck outcomes (one row each), the verdict last."""
-    from ddtree.selfcheck import CheckResult, Outcome
-
     rows = []
     for step in report.checks:
         status = _STATUS[step.status]
@@ -422,7 +407,6 @@ def selfcheck_live(args: Any) -> int:
     import os
     import sys
 
-    from ddtree.selfcheck import Context, format_table, report_dict
     from ddtree.serve import api_key_from
 
     expectation = load_expectation(Path(args.reference) if args.reference else None)
@@ -457,10 +441,8 @@ def selfcheck_live(args: Any) -> int:
     return int(document["exit_code"])
 
 
-def replica_outcome(report: LiveReport) -> Any:
+def replica_outcome(report: LiveReport) -> Outcome:
     """One selfcheck row for a replica behind the router: its verdict and the first step that was not ok."""
-    from ddtree.selfcheck import CheckResult, Outcome
-
     first = next((c for c in report.checks if c.status in ("fail", "warn")), None)
     detail = report.verdict + (f": {first.name}: {first.detail}" if first else "")
     return Outcome(

@@ -37,6 +37,7 @@ _COMMENT = re.compile(r"(^|\s+)#.*$")
 _VCS_SCHEMES = ("git+", "hg+", "svn+", "bzr+")
 _COMMIT = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 _HASH_ALGORITHMS = ("sha256", "sha384", "sha512")
+_HEX = re.compile(r"[0-9a-f]+")
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,8 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
     out: list[tuple[int, str]] = []
     buffer, start = "", 0
     for number, raw in enumerate(text.splitlines(), start=1):
-        line = _COMMENT.sub("", raw).rstrip()
+        # A lock is ~4000 lines of hashes: the comment regex only where a comment can be.
+        line = (_COMMENT.sub("", raw) if "#" in raw else raw).rstrip()
         if not buffer:
             start = number
         if line.endswith("\\"):
@@ -100,7 +102,7 @@ def _split_hashes(where: str, line: str) -> tuple[str, tuple[str, ...]]:
         if word.startswith("--hash="):
             value = word.split("=", 1)[1]
             algorithm, _, digest = value.partition(":")
-            if algorithm not in _HASH_ALGORITHMS or not re.fullmatch(r"[0-9a-f]+", digest):
+            if algorithm not in _HASH_ALGORITHMS or not _HEX.fullmatch(digest):
                 raise UserError(f"{where}: malformed hash {value!r}; expected sha256:<hex>")
             hashes.append(value)
         else:

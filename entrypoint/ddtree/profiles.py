@@ -107,9 +107,7 @@ def environment_for(
 
 
 def _cmd_profiles(args: argparse.Namespace) -> int:
-    from ddtree.serve import targets_dir_for
-
-    folder = targets_dir_for(args.env_dir)
+    folder = targets.targets_dir_for(args.env_dir)
     profiles = load_all(folder)
     try:
         gpus = gpu.query_gpus()

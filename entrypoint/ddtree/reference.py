@@ -4,6 +4,7 @@
 package's results. One schema for both, checked here.
 
 Public API:
+    default_reference_path() -> Path   results.yaml of the env/ folder the target profiles come from
     load_reference(path) -> Reference
     validate_reference(data, source) -> Reference
     Range(min, max).contains(value) -> bool
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ddtree.errors import UserError
+from ddtree.targets import default_targets_dir
 from ddtree.yamlfile import load_yaml
 
 SCHEMA_VERSION = 1
@@ -125,6 +127,13 @@ def validate_reference(data: Any, source: Path | str) -> Reference:
         sweep_concurrency=_ints(where, "sweep.concurrency", sweep.get("concurrency", [])),
         settings=dict(data.get("settings") or {}),
     )
+
+
+def default_reference_path() -> Path:
+    """env/reference/results.yaml beside the target profiles ($DDTREE_ENV_DIR, the image's
+    /opt/ddtree/env, or the checkout): the env/ folder is chosen once, as for profiles and the weights
+    lock, so a missing file there is an error naming it, never another environment's figures."""
+    return default_targets_dir().parent / "reference" / "results.yaml"
 
 
 def load_reference(path: Path) -> Reference:

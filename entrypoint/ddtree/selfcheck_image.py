@@ -33,10 +33,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ddtree import gpu, image_identity, lockfile, serve, weights, weights_lock
+from ddtree import gpu, image_identity, lockfile, serve, weights_hash, weights_lock
+from ddtree.checks import CheckResult, Context, check, failed, passed, skipped
 from ddtree.errors import UserError
 from ddtree.fsutil import sha256_file
-from ddtree.selfcheck import CheckResult, Context, check, failed, passed, skipped
 
 IMAGE_LOCK = Path("/opt/ddtree/requirements.lock")
 SGLANG = "sglang"
@@ -310,9 +310,10 @@ def drafter_check(ctx: Context) -> CheckResult:
     if isinstance(launch, CheckResult):
         return launch
     target = None
-    # A broken target is the weights check's finding; the drafter is still checked on its own.
+    # A broken target is the weights check's finding; the drafter is still checked on its own. Its
+    # shape facts come from the target's config: the weights check has read the shard headers already.
     with contextlib.suppress(UserError):
-        target = serve.check_weights(launch)
+        target = serve.target_config(launch)
     summary = serve.check_drafter(launch, target)
     return passed(
         f"{summary.path}: block size {summary.block_size}, "
@@ -343,7 +344,7 @@ def weights_hash_check(ctx: Context) -> CheckResult:
     manifest_path = Path(manifest) if manifest else None
     if manifest_path is None and _lock_pins_files(ctx, "target"):
         return skipped("hashed against the weights lock by the weights-lock check (no --weights-manifest)")
-    report = weights.full_hash(folder, manifest=manifest_path, workers=os.cpu_count())
+    report = weights_hash.full_hash(folder, manifest=manifest_path, workers=os.cpu_count())
     rate = report.total_bytes / max(report.seconds, 1e-9) / 1e9
     data = {
         "folder": str(folder),
@@ -358,7 +359,7 @@ def weights_hash_check(ctx: Context) -> CheckResult:
             **data,
         )
     if not report.ok:
-        return failed(weights.describe_hash_failure(report, folder, manifest_path), **data)
+        return failed(weights_hash.describe_hash_failure(report, folder, manifest_path), **data)
     return passed(
         f"{len(report.digests)} shards match {manifest_path} ({report.seconds:.1f} s, {rate:.2f} GB/s)",
         **data,

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ddtree import weights_lock
+from ddtree.checks import CheckResult, Context, check, failed, passed, skipped
 from ddtree.errors import UserError
-from ddtree.selfcheck import CheckResult, Context, check, failed, passed, skipped
 
 IMAGE_SBOM = Path("/opt/ddtree/sbom.cdx.json")
 PROP_ROLE = "io.ddtree:role"  # the property names build/ddtree_build/sbom.py writes

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ddtree import image_identity, tree_identity
-from ddtree.selfcheck import CheckResult, Context, check, failed, passed, skipped
+from ddtree.checks import CheckResult, Context, check, failed, passed, skipped
 
 SHOWN = 3
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ddtree import weights_lock
+from ddtree.checks import CheckResult, Context, check, failed, passed, skipped
 from ddtree.errors import UserError
-from ddtree.selfcheck import CheckResult, Context, check, failed, passed, skipped
 from ddtree.selfcheck_image import _needs_plan
 
 

@@ -100,11 +100,6 @@ BLOCK_SIZE_FLAGS = (
 )
 
 
-def targets_dir_for(env_dir: str | None) -> Path:
-    """--env-dir's targets/, else the loader's default ($DDTREE_ENV_DIR, /opt/ddtree/env, the checkout)."""
-    return Path(env_dir) / "targets" if env_dir else targets.default_targets_dir()
-
-
 def load_profile(name: str, folder: Path) -> targets.Target:
     """The named, schema-checked target profile. Unknown name or bad profile: exit 2 (nothing can run)."""
     path = folder / f"{name}.yaml"
@@ -376,7 +371,7 @@ def plan(
     a command SGLang could not take."""
     from ddtree import profiles
 
-    folder = targets_dir_for(env_dir)
+    folder = targets.targets_dir_for(env_dir)
     name = resolve_target(environ, target_name)
     unset: tuple[str, ...] = ()
     if name == profiles.AUTO:
@@ -555,6 +550,13 @@ def preflight(
 
 def check_weights(launch: Launch) -> weights.ModelSummary:
     return weights.check_target(
+        launch.model_dir(), launch.model_type, env_var="MODEL_DIR or DDTREE_MODEL_DIR"
+    )
+
+
+def target_config(launch: Launch) -> weights.ModelSummary:
+    """The target's config facts only (no shard headers): enough to check the drafter against."""
+    return weights.read_target_config(
         launch.model_dir(), launch.model_type, env_var="MODEL_DIR or DDTREE_MODEL_DIR"
     )
 

@@ -9,6 +9,7 @@ Public API (stable; serve, render and selfcheck call these):
     validate_target(data, source) -> Target       schema check of already-parsed YAML
     default_targets_dir() -> Path                 $DDTREE_ENV_DIR/targets, else /opt/ddtree/env/targets,
                                                   else the checkout's env/targets
+    targets_dir_for(env_dir) -> Path              --env-dir's targets/, else default_targets_dir()
     known_targets(folder) -> list[str]            the profile names there, sorted
     server_argv(args) -> list[str]                {flag: value} -> ["--flag", "value", ...]
     merge_server_args(base, overrides) -> dict    overrides win; a value of None or False removes a flag
@@ -110,6 +111,11 @@ def default_targets_dir() -> Path:
     if image.is_dir():
         return image
     return Path(__file__).resolve().parents[2] / "env" / "targets"
+
+
+def targets_dir_for(env_dir: str | None) -> Path:
+    """--env-dir's targets/, else the loader's default ($DDTREE_ENV_DIR, /opt/ddtree/env, the checkout)."""
+    return Path(env_dir) / "targets" if env_dir else default_targets_dir()
 
 
 def known_targets(folder: Path) -> list[str]:

@@ -3,28 +3,20 @@
 The fast check reads only small files: config.json, the safetensors index and each shard's header
 (8-byte little-endian length, then that many bytes of JSON). A shard is whole when its size equals
 8 + header length + the largest end offset of its tensors, so a truncated copy is found without reading
-the data. `--full-hash` reads everything: sha256 of every shard on a thread pool (hashlib and file reads
-release the GIL, so threads use every core), compared with a `sha256  path` manifest when one is given.
+the data. `--full-hash` reads everything (weights_hash.py); `ddtree weights` is weights_cmd.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import struct
-import sys
-import tempfile
-import threading
-import time
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from ddtree import drafter_shapes
 from ddtree.errors import UserError
-from ddtree.fsutil import atomic_write, sha256_file
 from ddtree.safetensors_layout import check_layout
 from ddtree.weights_layout import dangling_link_error, link_note
 
@@ -32,7 +24,6 @@ INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
 # A header longer than this is not a real safetensors header (the format caps it at 100 MB).
 MAX_HEADER_BYTES = 100 * 1024 * 1024
-HASH_CHUNK = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -235,8 +226,11 @@ def check_shards(paths: Iterable[Path]) -> tuple[ShardInfo, ...]:
     return tuple(check_shard(p) for p in paths)
 
 
-def check_target(folder: Path, expected_model_type: str | None, env_var: str = "MODEL_DIR") -> ModelSummary:
-    """The target model folder: config, model type, index, every shard header and size."""
+def read_target_config(
+    folder: Path, expected_model_type: str | None, env_var: str = "MODEL_DIR"
+) -> ModelSummary:
+    """The target's config facts (model type, layers, the drafter's shape facts), no shard read: what
+    the drafter check needs, without reading every shard header again."""
     require_folder(folder, "target weights", env_var)
     config = read_json(folder / "config.json", "target config")
     model_type = config.get("model_type")
@@ -245,15 +239,19 @@ def check_target(folder: Path, expected_model_type: str | None, env_var: str = "
             f"target config {folder / 'config.json'} has model_type {model_type!r}, the target expects "
             f"{expected_model_type!r}: mount the right model (Kimi K2.6 is kimi_k25)"
         )
-    shards = check_shards(shard_paths(folder))
     return ModelSummary(
         path=folder,
         model_type=str(model_type),
         num_hidden_layers=num_hidden_layers(config),
-        shards=shards,
         hidden_size=config_int(config, "hidden_size"),
         vocab_size=config_int(config, "vocab_size"),
     )
+
+
+def check_target(folder: Path, expected_model_type: str | None, env_var: str = "MODEL_DIR") -> ModelSummary:
+    """The target model folder: config, model type, index, every shard header and size."""
+    summary = read_target_config(folder, expected_model_type, env_var)
+    return replace(summary, shards=check_shards(shard_paths(folder)))
 
 
 def _dflash_field(config: dict[str, Any], key: str) -> Any:
@@ -332,266 +330,3 @@ def check_drafter(
         headers=(read_header(p)[1] for p in paths),
     )
     return DrafterSummary(path=folder, block_size=model_block, target_layer_ids=layer_ids, shards=shards)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Full hash
-# ---------------------------------------------------------------------------------------------------
-
-
-class Progress:
-    """A byte-counting progress bar: redraws in place on a terminal, prints every 10% otherwise."""
-
-    def __init__(self, total: int, stream: TextIO | None = None, label: str = "sha256") -> None:
-        self.total = max(total, 1)
-        self.stream = stream if stream is not None else sys.stderr
-        self.label = label
-        self.done = 0
-        self.started = time.monotonic()
-        self._lock = threading.Lock()
-        self._last_draw = 0.0
-        self._last_decile = -1
-        self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
-
-    def advance(self, nbytes: int) -> None:
-        with self._lock:
-            self.done += nbytes
-            now = time.monotonic()
-            if self._tty:
-                if now - self._last_draw >= 0.2 or self.done >= self.total:
-                    self._last_draw = now
-                    self._draw(end="")
-            else:
-                decile = self.done * 10 // self.total
-                if decile > self._last_decile:
-                    self._last_decile = decile
-                    self._draw(end="\n")
-
-    def _draw(self, end: str) -> None:
-        fraction = min(self.done / self.total, 1.0)
-        elapsed = max(time.monotonic() - self.started, 1e-9)
-        bar = "#" * int(fraction * 30)
-        rate = self.done / elapsed / 1e9
-        prefix = "\r" if self._tty else ""
-        self.stream.write(
-            f"{prefix}{self.label} [{bar:<30}] {fraction:6.1%} "
-            f"{self.done / 1e9:8.2f}/{self.total / 1e9:.2f} GB "
-            f"{rate:5.2f} GB/s{end}"
-        )
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self._tty:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
-def hash_files(
-    paths: list[Path],
-    workers: int | None = None,
-    progress: Progress | None = None,
-) -> dict[Path, str]:
-    """sha256 of every file on a thread pool; biggest files first so the pool drains evenly."""
-    workers = workers or os.cpu_count() or 1
-    ordered = sorted(paths, key=lambda p: p.stat().st_size, reverse=True)
-    on_bytes = progress.advance if progress is not None else None
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(ordered) or 1))) as pool:
-        digests = list(pool.map(lambda p: sha256_file(p, HASH_CHUNK, on_bytes), ordered))
-    if progress is not None:
-        progress.close()
-    return dict(zip(ordered, digests, strict=True))
-
-
-def read_manifest(path: Path) -> dict[str, str]:
-    """`sha256  relative/path` lines (sha256sum's format; `*` binary marker and `./` accepted)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"weights manifest {path} cannot be read ({exc.strerror}): check --manifest") from exc
-    entries: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        parts = line.split(maxsplit=1)
-        digest = parts[0].lower()
-        if len(parts) != 2 or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-            raise UserError(f"weights manifest {path}:{number} is not `sha256  path`: {line.strip()[:80]!r}")
-        name = parts[1].strip().lstrip("*")
-        name = name.removeprefix("./")
-        entries[name] = digest
-    return entries
-
-
-@dataclass(frozen=True)
-class HashReport:
-    """Digests of every shard, and how they compare with a manifest (empty lists when none was given)."""
-
-    digests: dict[str, str]
-    mismatched: list[str]
-    unlisted: list[str]
-    absent: list[str]
-    seconds: float
-    total_bytes: int
-
-    @property
-    def ok(self) -> bool:
-        return not (self.mismatched or self.unlisted or self.absent)
-
-
-def full_hash(
-    folder: Path,
-    manifest: Path | None = None,
-    workers: int | None = None,
-    stream: TextIO | None = None,
-) -> HashReport:
-    """Hash every shard of a weights folder and compare with the manifest's lines for those shards."""
-    # The manifest is read before any shard: a missing or bad one fails in a second, not after hours.
-    expected = read_manifest(manifest) if manifest is not None else None
-    paths = shard_paths(folder)
-    total = sum(p.stat().st_size for p in paths)
-    started = time.monotonic()
-    digests_by_path = hash_files(paths, workers=workers, progress=Progress(total, stream=stream))
-    seconds = time.monotonic() - started
-    digests = {str(p.relative_to(folder)): d for p, d in sorted(digests_by_path.items())}
-    mismatched: list[str] = []
-    unlisted: list[str] = []
-    absent: list[str] = []
-    if expected is not None:
-        for name, digest in digests.items():
-            if name not in expected:
-                unlisted.append(name)
-            elif expected[name] != digest:
-                mismatched.append(name)
-        absent = sorted(n for n in expected if n.endswith(".safetensors") and n not in digests)
-    return HashReport(
-        digests=digests,
-        mismatched=mismatched,
-        unlisted=unlisted,
-        absent=absent,
-        seconds=seconds,
-        total_bytes=total,
-    )
-
-
-def describe_hash_failure(report: HashReport, folder: Path, manifest: Path) -> str:
-    """One line naming the first bad file and the counts."""
-    if report.mismatched:
-        first = report.mismatched[0]
-        return (
-            f"shard {folder / first} does not match {manifest} ({len(report.mismatched)} mismatched): "
-            "the weights differ from the measured ones, download them again"
-        )
-    if report.unlisted:
-        first = report.unlisted[0]
-        return (
-            f"shard {folder / first} is not in {manifest} ({len(report.unlisted)} unlisted): wrong manifest?"
-        )
-    return (
-        f"{manifest} lists {report.absent[0]} which is not in {folder} ({len(report.absent)} absent): "
-        "finish the download"
-    )
-
-
-def manifest_text(digests: dict[str, str]) -> str:
-    """sha256sum's format, sorted by path: `sha256sum -c` checks it from inside the folder."""
-    return "".join(f"{digest}  {name}\n" for name, digest in sorted(digests.items()))
-
-
-def require_writable(path: Path, what: str) -> None:
-    """Fail now, before hours of hashing, when `path` cannot be written (a read-only weights mount)."""
-    folder = Path(path).parent
-    try:
-        fd, probe = tempfile.mkstemp(prefix=f".{Path(path).name}.", suffix=".probe", dir=folder)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise UserError(
-            f"{what} {path} cannot be written ({exc.strerror}): the folder {folder} is read-only or absent "
-            "(weights are mounted read-only); write it elsewhere, e.g. /tmp/weights.sha256"
-        ) from exc
-
-
-def write_manifest(digests: dict[str, str], path: Path) -> None:
-    try:
-        atomic_write(Path(path), manifest_text(digests))
-    except UserError as exc:  # atomic_write's one line names the path; say that it is the manifest
-        raise UserError(f"manifest {exc}", exit_code=exc.exit_code) from exc
-
-
-# ---------------------------------------------------------------------------------------------------
-# `ddtree weights`: the same checks by hand, and the manifest writer (capture runs it on the source host)
-# ---------------------------------------------------------------------------------------------------
-
-
-def _cmd_check(args: Any) -> int:
-    summary = check_target(Path(args.target), args.model_type or None)
-    print(
-        f"ok   weights  {summary.path}: {summary.model_type}, {summary.num_hidden_layers} layers, "
-        f"{len(summary.shards)} shards, {summary.total_bytes / 1e9:.1f} GB"
-    )
-    if args.drafter:
-        drafter = check_drafter(
-            Path(args.drafter), args.block_size, summary.num_hidden_layers, target=summary, tp=args.tp
-        )
-        print(f"ok   drafter  {drafter.path}: block size {drafter.block_size}")
-    return 0
-
-
-def _cmd_hash(args: Any) -> int:
-    folder = Path(args.folder)
-    require_folder(folder, "weights", "the folder argument")
-    manifest = Path(args.manifest) if args.manifest else None
-    if args.write:
-        require_writable(Path(args.write), "--write")
-    report = full_hash(folder, manifest=manifest, workers=args.workers)
-    if args.write:
-        write_manifest(report.digests, Path(args.write))
-        print(f"wrote {args.write}: {len(report.digests)} shards ({report.seconds:.1f} s)")
-    else:
-        sys.stdout.write(manifest_text(report.digests))
-    if manifest is not None and not report.ok:
-        raise UserError(describe_hash_failure(report, folder, manifest))
-    if manifest is not None:
-        print(f"ok   {len(report.digests)} shards match {manifest}", file=sys.stderr)
-    return 0
-
-
-def register(subparsers: Any) -> None:
-    import argparse
-
-    from ddtree.numbers import BLOCK_SIZE, TP_SIZE, WORKERS, arg_type
-
-    parser = subparsers.add_parser(
-        "weights", help="check a weights folder, hash it (manifest), or fetch the locked revision"
-    )
-    sub = parser.add_subparsers(dest="weights_command", required=True, metavar="ACTION")
-    chk = sub.add_parser(
-        "check", help="the fast check: config, model type, index, every shard header and size"
-    )
-    chk.add_argument("target", help="the target model folder")
-    chk.add_argument("--model-type", default="kimi_k25", help="expected config.json model_type ('' for any)")
-    chk.add_argument("--drafter", help="the DFlash drafter folder")
-    chk.add_argument(
-        "--block-size",
-        type=arg_type(BLOCK_SIZE),
-        default=8,
-        help="the configured block size (num-draft-tokens)",
-    )
-    chk.add_argument(
-        "--tp", type=arg_type(TP_SIZE), help="the tensor-parallel size the drafter's heads must divide by"
-    )
-    chk.set_defaults(func=_cmd_check)
-    hsh = sub.add_parser(
-        "hash",
-        help="sha256 of every shard in parallel (progress on stderr)",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    hsh.add_argument("folder")
-    hsh.add_argument("--write", metavar="FILE", help="write the `sha256  path` manifest here (else stdout)")
-    hsh.add_argument("--manifest", metavar="FILE", help="compare with this manifest; exit 1 on a difference")
-    hsh.add_argument("--workers", type=arg_type(WORKERS), default=os.cpu_count() or 1, help="threads")
-    hsh.set_defaults(func=_cmd_hash)
-    from ddtree import weights_capture, weights_fetch
-
-    weights_fetch.register(sub)
-    weights_capture.register(sub)

@@ -43,7 +43,7 @@ def capture_model(
     """A lock entry for the files in `folder` (a plain folder or a Hugging Face cache repository):
     sizes and sha256 (the thread-pool hasher with its progress bar), nothing copied. The revision is
     the cache's snapshot commit when there is one, else `revision`, else unknown."""
-    from ddtree import weights
+    from ddtree import weights_hash
 
     checkout = resolve_checkout(Path(folder), revision)
     if not checkout.path.is_dir():
@@ -52,10 +52,10 @@ def capture_model(
     if not files:
         raise UserError(f"{role} weights folder {checkout.path} holds no files: wrong folder?")
     total = sum(p.stat().st_size for p in files.values())
-    digests = weights.hash_files(
+    digests = weights_hash.hash_files(
         list(files.values()),
         workers=workers,
-        progress=weights.Progress(total, stream=stream, label=f"sha256 {role}"),
+        progress=weights_hash.Progress(total, stream=stream, label=f"sha256 {role}"),
     )
     locked = tuple(
         LockedFile(path=rel, size=path.stat().st_size, sha256=digests[path]) for rel, path in files.items()
@@ -141,7 +141,7 @@ def _cmd_lock(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """`ddtree weights lock` (added to `ddtree weights` by weights.register)."""
+    """`ddtree weights lock` (added to `ddtree weights` by weights_cmd.register)."""
     parser = sub.add_parser(
         "lock", help="record the served weights (sizes, sha256, revision) in the weights lock"
     )

@@ -257,7 +257,7 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """`ddtree weights fetch` (added to `ddtree weights` by weights.register)."""
+    """`ddtree weights fetch` (added to `ddtree weights` by weights_cmd.register)."""
     parser = sub.add_parser(
         "fetch",
         help="download exactly the locked revision (env/weights.yaml) of the target and the drafter",

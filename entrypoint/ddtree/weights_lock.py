@@ -307,7 +307,7 @@ def compare(
 ) -> Comparison:
     """Compare `folder` (already resolved to the files) with the locked entry; see the module docstring.
     A lock entry with unknown files compares nothing (the caller says so)."""
-    from ddtree import weights
+    from ddtree import weights_hash
 
     checkout = resolve_checkout(Path(folder), model.revision)
     root = checkout.path
@@ -337,8 +337,8 @@ def compare(
         if entry.sha256 is not None and (full or size <= SMALL_FILE_BYTES):
             to_hash.append((rel, path))
     total = sum(p.stat().st_size for _, p in to_hash)
-    progress = weights.Progress(total, stream=stream, label=f"sha256 {model.role}") if full else None
-    digests = weights.hash_files([p for _, p in to_hash], workers=workers, progress=progress)
+    progress = weights_hash.Progress(total, stream=stream, label=f"sha256 {model.role}") if full else None
+    digests = weights_hash.hash_files([p for _, p in to_hash], workers=workers, progress=progress)
     for rel, path in to_hash:
         if digests[path] != locked[rel].sha256:
             problems.append(

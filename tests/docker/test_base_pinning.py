@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ddtree_build import base_image, engine, image, render
+from ddtree_build import base_image, docker_build, engine, host, image, render
 from ddtree_build.errors import UserError
 from ddtree_build.paths import CACHE_DIR, ENV_DIR
 
@@ -38,9 +38,9 @@ def registry() -> Iterator[str]:
     engine.ensure(lambda msg: None)
     binary = shutil.which("docker-registry")
     if binary is None:
-        if not (engine.is_root() and engine.is_debian()):
+        if not (host.is_root() and host.is_debian()):
             pytest.skip("docker-registry is not installed (Debian: apt-get install docker-registry)")
-        engine.apt_install(["docker-registry"], CACHE_DIR / "logs" / "apt-registry.log")
+        host.apt_install(["docker-registry"], CACHE_DIR / "logs" / "apt-registry.log")
         binary = shutil.which("docker-registry") or "/usr/bin/docker-registry"
     port = _free_port()
     folder = CACHE_DIR / "registry"
@@ -75,7 +75,7 @@ def registry() -> Iterator[str]:
 
 
 def _docker(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    out = subprocess.run([engine.docker_cli(), *args], capture_output=True, text=True, timeout=600)
+    out = subprocess.run([docker_build.docker_cli(), *args], capture_output=True, text=True, timeout=600)
     if check and out.returncode != 0:
         raise AssertionError(f"docker {' '.join(args)}: {out.stderr[-2000:]}")
     return out
@@ -102,7 +102,7 @@ def _build_base_stage(env_dir: Path, tmp: Path, tag: str, monkeypatch: pytest.Mo
     text = render.render("pro6000", "nvidia")
     context = tmp / f"context-{tag.replace(':', '-')}"
     dockerfile = image.stage_context(context, text, None)
-    engine.build_image(
+    docker_build.build_image(
         context, tag, dockerfile=dockerfile, log=tmp / f"{tag.replace(':', '-')}.log",
         extra_args=["--target", "base"],
     )  # fmt: skip
@@ -121,7 +121,7 @@ def test_pinned_base_survives_a_moved_tag(
     moved = tmp_path / "moved"
     moved.mkdir()
     (moved / "Dockerfile").write_text(f"FROM {base_image.base_tag()}\nRUN touch {MARKER}\n")
-    engine.build_image(moved, ref, log=tmp_path / "moved.log")
+    docker_build.build_image(moved, ref, log=tmp_path / "moved.log")
     moved_digest = _push(ref)
     assert moved_digest != digest
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 from ddtree_build.paths import REPO_ROOT
 
-from tests.docker.test_image_build import _ci_lock
+from tests.docker.test_image_build import _ci_lock, build_with_ca
 
 
 def test_router_profile_config_has_only_the_router_with_the_replica_urls(docker: str, tmp_path: Path) -> None:
@@ -37,7 +37,7 @@ def test_the_images_router_lock_installs_and_the_router_answers_inside(docker: s
     `--no-deps -r env/router.lock` installs them too (no `pip check`: sglang's own dependencies are not
     in the CI lock); `ddtree router` then starts the router in a container without network, and its
     /health answers."""
-    from ddtree_build import engine, image, render
+    from ddtree_build import image, render
 
     ctx = render.build_context("pro6000", "bootstrap")
     folder = tmp_path / "context"
@@ -47,18 +47,7 @@ def test_the_images_router_lock_installs_and_the_router_answers_inside(docker: s
     # The runtime stage copies the SBOM from the context, as `ddtree-build image` stages it.
     image.write_image_sbom(folder, image.OVERRIDE_LOCK, ctx, args, tag, tmp_path / "sbom.cdx.json")
     log = tmp_path / "build.log"
-    try:
-        engine.build_image(
-            folder,
-            tag,
-            dockerfile=dockerfile,
-            build_args=args,
-            secrets={"ca": engine.HOST_CA_BUNDLE},
-            log=log,
-        )
-    except Exception:
-        print(log.read_text()[-5000:])
-        raise
+    build_with_ca(folder, tag, dockerfile, args, log)
     url = "http://127.0.0.1:30000/health"
     probe = f"import urllib.request as u; print(u.urlopen('{url}', timeout=2).read().decode())"
     wait = f'for i in $(seq 100); do python -c "{probe}" 2>/dev/null && exit 0; sleep 0.2; done; exit 1'

@@ -146,14 +146,31 @@ def test_no_gpu_exit_1(docker: str, tag: str, models) -> None:
     assert "ddtree: error: no GPU visible: nvidia-smi is not on PATH" in out.stderr
 
 
-def test_exec_pid1_and_sigterm(docker: str, tag: str, models, tmp_path: Path) -> None:
-    """Good mounts: the checks pass, serve execs (the server is PID 1) and `docker stop` reaches it."""
+def fake_sglang(tmp_path: Path) -> Path:
+    """A folder holding a stand-in `sglang.launch_server` (FAKE_SERVER), readable by the image's user."""
     fake = tmp_path / "fake"
     (fake / "sglang").mkdir(parents=True)
     (fake / "sglang" / "__init__.py").write_text("")
     (fake / "sglang" / "launch_server.py").write_text(FAKE_SERVER)
     for path in (fake, fake / "sglang", *(fake / "sglang").iterdir()):
         path.chmod(0o755 if path.is_dir() else 0o644)
+    return fake
+
+
+def wait_for_log(docker: str, name: str, marker: str, timeout_s: float = 60.0) -> str:
+    """The container's logs once `marker` shows, or at the deadline (the caller's asserts say what is
+    missing)."""
+    deadline = time.monotonic() + timeout_s
+    logs = ""
+    while time.monotonic() < deadline and marker not in logs:
+        time.sleep(0.5)
+        logs = subprocess.run([docker, "logs", name], capture_output=True, text=True).stdout
+    return logs
+
+
+def test_exec_pid1_and_sigterm(docker: str, tag: str, models, tmp_path: Path) -> None:
+    """Good mounts: the checks pass, serve execs (the server is PID 1) and `docker stop` reaches it."""
+    fake = fake_sglang(tmp_path)
     name = f"ddtree-entrypoint-test-{int(time.time() * 1000)}"
     run = subprocess.run(
         [docker, "run", "-d", "--name", name, "--network=none", "-e", SKIP_HOST, "-e", "PYTHONPATH=/fake",
@@ -162,11 +179,7 @@ def test_exec_pid1_and_sigterm(docker: str, tag: str, models, tmp_path: Path) ->
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     try:
-        deadline = time.monotonic() + 60
-        logs = ""
-        while time.monotonic() < deadline and "stand-in server PID" not in logs:
-            time.sleep(0.5)
-            logs = subprocess.run([docker, "logs", name], capture_output=True, text=True).stdout
+        logs = wait_for_log(docker, name, "stand-in server PID")
         assert "ok   weights  /models/target: kimi_k25, 3 shards" in logs, logs
         assert "ok   drafter  /models/drafter: block size 8" in logs and "ok   port" in logs
         assert "stand-in server PID 1 uid 10001 argv --model-path /models/target" in logs, logs
@@ -190,12 +203,7 @@ def test_runs_unprivileged_with_the_api_key_in_no_argv_and_no_log(
     import hashlib
 
     key = "sk-docker-test-0123456789SECRET"
-    fake = tmp_path / "fake"
-    (fake / "sglang").mkdir(parents=True)
-    (fake / "sglang" / "__init__.py").write_text("")
-    (fake / "sglang" / "launch_server.py").write_text(FAKE_SERVER)
-    for path in (fake, fake / "sglang", *(fake / "sglang").iterdir()):
-        path.chmod(0o755 if path.is_dir() else 0o644)
+    fake = fake_sglang(tmp_path)
     name = f"ddtree-secret-test-{int(time.time() * 1000)}"
     run = subprocess.run(
         [docker, "run", "-d", "--name", name, "--network=none", "-e", SKIP_HOST, "-e", "PYTHONPATH=/fake",
@@ -204,11 +212,7 @@ def test_runs_unprivileged_with_the_api_key_in_no_argv_and_no_log(
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     try:
-        deadline = time.monotonic() + 60
-        logs = ""
-        while time.monotonic() < deadline and "api-key sha256" not in logs:
-            time.sleep(0.5)
-            logs = subprocess.run([docker, "logs", name], capture_output=True, text=True).stdout
+        logs = wait_for_log(docker, name, "api-key sha256")
         assert f"api-key sha256 {hashlib.sha256(key.encode()).hexdigest()}" in logs, logs
         assert "stand-in server PID 1 uid 10001 argv" in logs and "ok   weights  /models/target" in logs
         cmdline = subprocess.run([docker, "exec", name, "cat", "/proc/1/cmdline"], capture_output=True).stdout

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from ddtree_build import engine, image, render
+from ddtree_build import docker_build, image, render
 from ddtree_build.paths import ENV_DIR, REPO_ROOT
 
 TEST_NAME = "ddtree-test"
@@ -50,6 +50,23 @@ def _ci_lock(folder: Path) -> Path:
     return out
 
 
+def build_with_ca(folder: Path, tag: str, dockerfile: Path, args: dict[str, str], log: Path) -> None:
+    """A BuildKit build of a staged context with the host CA bundle as its secret; on failure the log's
+    tail is printed (pytest shows it with the error)."""
+    try:
+        docker_build.build_image(
+            folder,
+            tag,
+            dockerfile=dockerfile,
+            build_args=args,
+            secrets={"ca": docker_build.HOST_CA_BUNDLE},
+            log=log,
+        )
+    except Exception:
+        print(log.read_text()[-5000:])
+        raise
+
+
 def build_ci_image(folder: Path, **options: Any) -> image.ImageResult:
     """The tier's CI-lock image through `ddtree-build image`'s code path, with the HF canary as token.
 
@@ -71,7 +88,7 @@ def build_ci_image(folder: Path, **options: Any) -> image.ImageResult:
 def ci_image(docker: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[image.ImageResult]:
     folder = tmp_path_factory.mktemp("ci-image")
     ca = folder / "ca.pem"
-    ca.write_text(engine.HOST_CA_BUNDLE.read_text() + f"\n# {CA_CANARY}\n")
+    ca.write_text(docker_build.HOST_CA_BUNDLE.read_text() + f"\n# {CA_CANARY}\n")
     result = build_ci_image(folder, ca_bundle=ca)
     yield result
     # Per-commit tags would pile up run after run; the build cache, not the tags, makes reruns fast.
@@ -249,18 +266,7 @@ def test_committed_dockerfile_builds_with_a_stand_in_base(
     tag = "ddtree-test:nvidia-stand-in"
     image.write_image_sbom(folder, image.OVERRIDE_LOCK, ctx, args, tag, tmp_path / "sbom.cdx.json")
     log = tmp_path / "build.log"
-    try:
-        engine.build_image(
-            folder,
-            tag,
-            dockerfile=dockerfile,
-            build_args=args,
-            secrets={"ca": engine.HOST_CA_BUNDLE},
-            log=log,
-        )
-    except Exception:
-        print(log.read_text()[-5000:])
-        raise
+    build_with_ca(folder, tag, dockerfile, args, log)
     assert "apt-get install" in log.read_text()
     script = f"ddtree --version && python -m ddtree.patchset verify --root {SITE}"
     out = docker_run(docker, "--entrypoint", "bash", tag, "-c", script)
@@ -322,7 +328,7 @@ def test_secret_scan_finds_a_leak(docker: str, ci_image: image.ImageResult, tmp_
         'RUN echo "$LEAK" > /leaked\n'
     )
     leak = "ddtree-leak-canary-2f9d"
-    engine.build_image(tmp_path, "ddtree-test:leaky", build_args={"LEAK": leak}, log=tmp_path / "log")
+    docker_build.build_image(tmp_path, "ddtree-test:leaky", build_args={"LEAK": leak}, log=tmp_path / "log")
     try:
         where = secrets_in_image(docker, "ddtree-test:leaky", [leak, HF_CANARY])
     finally:

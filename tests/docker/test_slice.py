@@ -1,6 +1,6 @@
 """Vertical slice: the in-image package installed FROM the registry-free base, run in a real container.
 
-Built with the BuildKit client (engine.build_image: the CA bundle as a secret, a pip cache mount), run
+Built with the BuildKit client (docker_build.build_image: the CA bundle as a secret, a pip cache mount), run
 through testcontainers; the assertions read what `ddtree` reports from inside the container.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from ddtree import __version__
 from ddtree.fsutil import sha256_bytes, sha256_file
-from ddtree_build import engine
+from ddtree_build import docker_build
 from ddtree_build.paths import REPO_ROOT
 from testcontainers.core.container import DockerContainer
 
@@ -54,16 +54,16 @@ def slice_image(base_image_tag: str, tmp_path_factory: pytest.TempPathFactory) -
     root = tmp_path_factory.mktemp("slice")
     context = _context(root)
     tag = f"{SLICE_NAME}:{_digest_of_tree(context, base_image_tag)}"
-    engine.build_image(
+    docker_build.build_image(
         context,
         tag,
         build_args={"BASE_IMAGE": base_image_tag},
-        secrets={"ca": engine.HOST_CA_BUNDLE},
+        secrets={"ca": docker_build.HOST_CA_BUNDLE},
         log=root / "build.log",
     )
     yield tag
     # Each tree gets its own tag; drop it so tags do not pile up (BuildKit's cache makes a rebuild quick).
-    subprocess.run([engine.docker_cli(), "image", "rm", tag], capture_output=True, check=False)
+    subprocess.run([docker_build.docker_cli(), "image", "rm", tag], capture_output=True, check=False)
 
 
 def _run(image: str, command: list[str] | None = None, **kwargs: object) -> tuple[int, str, str]:

@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ddtree import smoke
+from ddtree import smoke, smoke_models, smoke_server
 
 PROFILE = "pro6000"
 CONTEXTS = "128,1024"
@@ -106,8 +106,8 @@ def run_step(name: str, cmd: list[str], log: Path) -> tuple[int, str]:
 
 
 def start_server(
-    target: Path, drafter: Path, settings: smoke.SmokeSettings, out: Path
-) -> smoke.Server | None:
+    target: Path, drafter: Path, settings: smoke_models.SmokeSettings, out: Path
+) -> smoke_server.Server | None:
     """The DDTREE server, with the tokenizer if it comes up that way, else as the smoke test starts it.
 
     Its log is written straight into `out` (server-live-tokenizer.log / server-live-skip-tokenizer.log).
@@ -116,7 +116,7 @@ def start_server(
         log = out / f"server-live-{'skip-tokenizer' if skip else 'tokenizer'}.log"
         start = time.monotonic()
         try:
-            server, ready = smoke.start_ddtree_server(
+            server, ready = smoke_server.start_ddtree_server(
                 target, drafter, settings, log, skip_tokenizer_init=skip
             )
         except (RuntimeError, OSError) as exc:
@@ -144,8 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="ddtree-live-"))
     server = None
     try:
-        target, drafter = smoke.write_models(work / "models", settings)
-        smoke.write_tokenizer(target)
+        target, drafter = smoke_models.write_models(work / "models", settings)
+        smoke_models.write_tokenizer(target)
         print(
             f"live: tiny models in {work} ({time.monotonic() - begin:.0f} s); DDTREE block "
             f"{settings.block_size}, budget {settings.budget}, top-k {settings.topk}, "

@@ -50,7 +50,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ddtree import smoke
+from ddtree import smoke, smoke_models, smoke_server
 from ddtree.bench.client import Client, iter_sse
 
 PROFILE = "pro6000"
@@ -231,20 +231,6 @@ def retractions(text: str) -> int:
 # ---------------------------------------------------------------------------------------- talking to a server
 
 
-def _post(client: Client, route: str, payload: dict[str, Any], timeout: float) -> tuple[int, str]:
-    conn = client.endpoint.connect(timeout)
-    try:
-        conn.request(
-            "POST", client.endpoint.path(route), json.dumps(payload), {"Content-Type": "application/json"}
-        )
-        resp = conn.getresponse()
-        return resp.status, resp.read().decode("utf-8", "replace")
-    except (OSError, http.client.HTTPException) as exc:
-        return 0, f"{type(exc).__name__}: {exc}"
-    finally:
-        conn.close()
-
-
 def answer_from(data: dict[str, Any]) -> Answer:
     """An Answer from /generate's JSON (a whole answer, or a stream's last event)."""
     if "error" in data:
@@ -263,7 +249,7 @@ def send(client: Client, req: StressRequest, rid: str) -> Answer:
     """One /generate call (streamed and aborted mid-stream when the request says so)."""
     if req.abort:
         return send_and_abort(client, req, rid)
-    status, body = _post(client, "/generate", req.payload(rid), REQUEST_TIMEOUT_S)
+    status, body = client.post_text("/generate", req.payload(rid), REQUEST_TIMEOUT_S)
     if status != 200:
         return Answer(error=f"HTTP {status}: {body[:300]}")
     return answer_from(json.loads(body))
@@ -285,7 +271,7 @@ def send_and_abort(client: Client, req: StressRequest, rid: str) -> Answer:
                 break
             last = json.loads(data)
             if events == ABORT_AFTER_EVENTS:
-                _post(client, "/abort_request", {"rid": rid}, 30.0)
+                client.post_text("/abort_request", {"rid": rid}, 30.0)
     except (OSError, http.client.HTTPException, json.JSONDecodeError) as exc:
         return Answer(error=f"{type(exc).__name__}: {exc}")
     finally:
@@ -313,7 +299,7 @@ def divergence_gap(client: Client, prompt: list[int], prefix: list[int]) -> floa
         "return_logprob": True,
         "top_logprobs_num": 2,
     }
-    status, body = _post(client, "/generate", payload, REQUEST_TIMEOUT_S)
+    status, body = client.post_text("/generate", payload, REQUEST_TIMEOUT_S)
     if status != 200:
         return None
     return top2_gap(json.loads(body).get("meta_info", {}))
@@ -438,10 +424,10 @@ class ServerRun:
 class Plan:
     """The phases every server gets, in order; DDTREE runs first and its outputs place the stop strings."""
 
-    def __init__(self, seed: int, settings: smoke.SmokeSettings, tp: int):
+    def __init__(self, seed: int, settings: smoke_models.SmokeSettings, tp: int):
         window = settings.window or 2048
-        self.mixed = mixed_requests(seed, window, settings.block_size, smoke.REAL_TOKENS, tp)
-        self.longs = long_requests(seed, window, smoke.REAL_TOKENS)
+        self.mixed = mixed_requests(seed, window, settings.block_size, smoke_models.REAL_TOKENS, tp)
+        self.longs = long_requests(seed, window, smoke_models.REAL_TOKENS)
         self.stops: list[StressRequest] = []
 
     def phases(self) -> dict[str, list[StressRequest]]:
@@ -457,7 +443,7 @@ class Plan:
         got["long"] = run_phase(client, label, "long", self.longs)
         payload = StressRequest("penalty", self.mixed[0].prompt[:32], 8).payload(f"{label}-penalty")
         payload["sampling_params"]["frequency_penalty"] = 0.5
-        status, body = _post(client, "/generate", payload, REQUEST_TIMEOUT_S)
+        status, body = client.post_text("/generate", payload, REQUEST_TIMEOUT_S)
         return got, Answer(finish="length" if status == 200 else None, error=None if status == 200 else
                            f"HTTP {status}: {body[:300]}")  # fmt: skip
 
@@ -466,7 +452,7 @@ def launched(
     label: str,
     mode_args: list[str],
     target: Path,
-    settings: smoke.SmokeSettings,
+    settings: smoke_models.SmokeSettings,
     out: Path,
     work,
     skip_choices: tuple[bool, ...] = (False, True),
@@ -475,7 +461,7 @@ def launched(
     work(client, with_tokenizer) -> (answers, refusal) on it, stop it: a ServerRun with its log."""
     for skip in skip_choices:
         log_path = out / f"server-stress-{label}{'-skip-tokenizer' if skip else ''}.log"
-        server = smoke.Server(target, mode_args, log_path, settings, skip_tokenizer_init=skip)
+        server = smoke_server.Server(target, mode_args, log_path, settings, skip_tokenizer_init=skip)
         try:
             ready = server.wait_ready()
         except RuntimeError as exc:
@@ -614,13 +600,13 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update(STRESS_ENV)  # both servers inherit it
         work = Path(tempfile.mkdtemp(prefix="ddtree-stress-"))
         try:
-            target, drafter = smoke.write_models(work / "models", settings)
-            smoke.write_tokenizer(target)
+            target, drafter = smoke_models.write_models(work / "models", settings)
+            smoke_models.write_tokenizer(target)
             add_context_noise(target, args.noise, args.seed)
             print(f"stress: tiny models in {work}, noise {args.noise}, TP {args.tp}, DDTREE block "
                   f"{settings.block_size}, budget {settings.budget}, top-k {settings.topk}, window "
                   f"{settings.window}, KV pool {KV_POOL_TOKENS}, env {STRESS_ENV}", flush=True)  # fmt: skip
-            ddtree_args = smoke.mode_args(label, drafter, settings)
+            ddtree_args = smoke_server.mode_args(label, drafter, settings)
             ddtree = launched(label, ddtree_args, target, settings, out, lambda c, t: plan.run(c, label, t))
             # the plain server the same way: stop strings need a tokenizer on both sides
             plain = launched("plain", [], target, settings, out, plain_work, (ddtree.skipped_tokenizer,))

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ddtree import jit_cache, smoke
+from ddtree import jit_cache, smoke, smoke_models, smoke_server
 
 PROFILE = "pro6000"
 LAUNCH_TIMEOUT_S = 600.0
@@ -48,7 +48,7 @@ def one_start(
     labels: dict[str, str],
     work: Path,
     models: tuple[Path, Path],
-    settings: smoke.SmokeSettings,
+    settings: smoke_models.SmokeSettings,
     out: Path,
 ) -> dict:
     """Start the tiny DDTREE server once with the cache variables `labels` select; stop it; report."""
@@ -64,10 +64,10 @@ def one_start(
     cache_env = jit_cache.environment(environ)
     root = jit_cache.prepare(environ)
     saved = {k: os.environ.get(k) for k in cache_env}
-    os.environ.update(cache_env)  # smoke.Server passes os.environ to the server
+    os.environ.update(cache_env)  # smoke_server.Server passes os.environ to the server
     try:
         launched = time.monotonic()
-        server, ready = smoke.start_ddtree_server(*models, settings, out / f"server-warm-{name}.log")
+        server, ready = smoke_server.start_ddtree_server(*models, settings, out / f"server-warm-{name}.log")
         server.stop()
     except (RuntimeError, OSError) as exc:
         return {"start": name, "ok": False, "error": str(exc)[-2000:], "seconds": time.monotonic() - launched}
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = dataclasses.replace(smoke.settings_from_profile(PROFILE), launch_timeout_s=LAUNCH_TIMEOUT_S)
     work = Path(tempfile.mkdtemp(prefix="ddtree-warm-"))
     try:
-        models = smoke.write_models(work / "models", settings)
+        models = smoke_models.write_models(work / "models", settings)
         results = []
         for name, labels in (("1-cold", IMAGE_A), ("2-same-image", IMAGE_A), ("3-new-image", IMAGE_B)):
             results.append(one_start(name, labels, work, models, settings, args.out))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from ddtree.fsutil import atomic_write, sha256_file
-from ddtree_build import engine, image, render
+from ddtree_build import docker_build, image, render
 from ddtree_build.paths import CACHE_DIR, ENV_DIR, REPO_ROOT
 
 TAG = f"{image.DEFAULT_NAME}:{render.DEFAULT_TARGET}"  # what a plain `make image` tags
@@ -62,7 +62,7 @@ def full_image() -> dict:
 
 
 def _in_image(*args: str, entrypoint: str = "python") -> subprocess.CompletedProcess:
-    cmd = [engine.docker_cli(), "run", "--rm", "--network=none", "--entrypoint", entrypoint, TAG]
+    cmd = [docker_build.docker_cli(), "run", "--rm", "--network=none", "--entrypoint", entrypoint, TAG]
     return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=600)
 
 

@@ -34,6 +34,19 @@ def send_body(handler: BaseHTTPRequestHandler, status: int, content_type: str, b
     handler.wfile.write(body)
 
 
+@contextmanager
+def serve_handler(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Serve `handler` on 127.0.0.1 (a free port) in a thread; yields the base URL, shuts down after."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @dataclass
 class DoubleConfig:
     ttft_s: float = 0.05

@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from ddtree.bench.compare import EXIT_FAIL, EXIT_INCOMPLETE, compare, default_reference_path
+from ddtree.bench.compare import EXIT_FAIL, EXIT_INCOMPLETE, compare
 from ddtree.cli import main
 from ddtree.errors import UserError
+from ddtree.reference import default_reference_path
 
 REFERENCE = """\
 schema: 1

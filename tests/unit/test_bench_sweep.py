@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from ddtree.bench.prompts import PromptBuilder, ServerTokenizer, resolve_tokeniz
 from ddtree.cli import main
 from ddtree.errors import UserError
 
-from tests.unit.bench_double import DoubleConfig, send_body, serve
+from tests.unit.bench_double import DoubleConfig, send_body, serve, serve_handler
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -190,14 +189,8 @@ def _answering(
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_handler(Handler) as url:
+        yield url
 
 
 @pytest.mark.parametrize(

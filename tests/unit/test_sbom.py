@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
-from ddtree import selfcheck, selfcheck_sbom, weights_lock
+from ddtree import checks as framework
+from ddtree import selfcheck_sbom, weights_lock
 from ddtree.lockfile import read_pins
 from ddtree_build import image, render, sbom
 
@@ -61,8 +62,8 @@ def test_summary_in_the_image(tmp_path: Path) -> None:
     path = tmp_path / "sbom.cdx.json"
     sbom.write_sbom(_inputs(), path)
     env = {"DDTREE_SBOM": str(path), "DDTREE_ENV_DIR": str(REPO / "env")}
-    (check,) = [c for c in selfcheck.REGISTRY if c.name == "sbom"]
-    (outcome,) = selfcheck.run_checks([check], selfcheck.Context(offline=True, environ=env))
+    (check,) = [c for c in framework.REGISTRY if c.name == "sbom"]
+    (outcome,) = framework.run_checks([check], framework.Context(offline=True, environ=env))
     assert outcome.result.status == "pass", outcome.result.detail
     pins = len(read_pins(LOCK))
     assert outcome.result.detail.startswith(
@@ -72,8 +73,8 @@ def test_summary_in_the_image(tmp_path: Path) -> None:
     # The image's env/ changed after the build: the SBOM's weights lock no longer names it.
     other = tmp_path / "weights.yaml"
     other.write_text((REPO / "env" / "weights.yaml").read_text() + "# edited\n")
-    (outcome,) = selfcheck.run_checks(
-        [check], selfcheck.Context(offline=True, environ={**env, "DDTREE_WEIGHTS_LOCK": str(other)})
+    (outcome,) = framework.run_checks(
+        [check], framework.Context(offline=True, environ={**env, "DDTREE_WEIGHTS_LOCK": str(other)})
     )
     assert (
         outcome.result.status == "fail"
@@ -83,9 +84,9 @@ def test_summary_in_the_image(tmp_path: Path) -> None:
 
 
 def test_no_sbom_is_a_skip(tmp_path: Path) -> None:
-    (check,) = [c for c in selfcheck.REGISTRY if c.name == "sbom"]
+    (check,) = [c for c in framework.REGISTRY if c.name == "sbom"]
     env = {"DDTREE_SBOM": str(tmp_path / "none.json")}
-    (outcome,) = selfcheck.run_checks([check], selfcheck.Context(offline=True, environ=env))
+    (outcome,) = framework.run_checks([check], framework.Context(offline=True, environ=env))
     assert outcome.result.status == "skip"
 
 

@@ -8,9 +8,10 @@ import subprocess
 import sys
 
 import pytest
-from ddtree import __version__, selfcheck
+from ddtree import __version__, selfcheck  # noqa: F401 (importing selfcheck registers its first checks)
+from ddtree import checks as framework
+from ddtree.checks import Check, Context, failed, passed, skipped
 from ddtree.errors import UserError
-from ddtree.selfcheck import Check, Context, failed, passed, skipped
 
 
 def _run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -49,11 +50,11 @@ def test_unknown_check_name_is_one_line_exit_2() -> None:
     assert out.stderr.count("\n") == 1 and "no-such-check" in out.stderr and "known:" in out.stderr
 
 
-def _crash(ctx: Context) -> selfcheck.CheckResult:
+def _crash(ctx: Context) -> framework.CheckResult:
     raise RuntimeError("boom")
 
 
-def _user_error(ctx: Context) -> selfcheck.CheckResult:
+def _user_error(ctx: Context) -> framework.CheckResult:
     raise UserError("weights folder /models missing; mount it")
 
 
@@ -67,7 +68,7 @@ def test_statuses_and_exit_codes() -> None:
         Check("net", lambda ctx: passed("reached"), needs_network=True),
         Check("wrongtype", lambda ctx: "pass"),  # type: ignore[arg-type,return-value]
     ]
-    outcomes = {o.name: o.result for o in selfcheck.run_checks(checks, Context(offline=True))}
+    outcomes = {o.name: o.result for o in framework.run_checks(checks, Context(offline=True))}
     assert outcomes["ok"].status == "pass" and outcomes["ok"].data == {"n": 1}
     assert outcomes["bad"].status == "fail"
     assert outcomes["na"].status == "skip"
@@ -75,7 +76,7 @@ def test_statuses_and_exit_codes() -> None:
     assert outcomes["user"].status == "fail" and "mount it" in outcomes["user"].detail
     assert outcomes["net"].status == "skip"
     assert outcomes["wrongtype"].status == "error"
-    online = selfcheck.run_checks(checks[5:6], Context(offline=False))
+    online = framework.run_checks(checks[5:6], Context(offline=False))
     assert online[0].result.status == "pass"
 
 
@@ -89,19 +90,19 @@ def test_statuses_and_exit_codes() -> None:
     ],
 )
 def test_overall(statuses: list[str], expected: tuple[str, int]) -> None:
-    outcomes = [selfcheck.Outcome(str(i), selfcheck.CheckResult(s, ""), 0.0) for i, s in enumerate(statuses)]  # type: ignore[arg-type]
-    assert selfcheck.overall(outcomes) == expected
+    outcomes = [framework.Outcome(str(i), framework.CheckResult(s, ""), 0.0) for i, s in enumerate(statuses)]  # type: ignore[arg-type]
+    assert framework.overall(outcomes) == expected
 
 
 def test_duplicate_names_are_refused() -> None:
     with pytest.raises(ValueError, match="package"):
-        selfcheck.check("package")(lambda ctx: passed("again"))
+        framework.check("package")(lambda ctx: passed("again"))
 
 
 def test_a_module_that_cannot_load_is_an_error_not_a_crash() -> None:
-    problems = selfcheck.load_check_modules(["no_such_selfcheck_module"])
+    problems = framework.load_check_modules(["no_such_selfcheck_module"])
     assert [p.name for p in problems] == ["load:no_such_selfcheck_module"]
     assert problems[0].result.status == "error"
-    report = selfcheck.report_dict(problems, Context())
+    report = framework.report_dict(problems, Context())
     assert report["exit_code"] == 2 and report["counts"]["error"] == 1
-    assert "ERROR" in selfcheck.format_table(report)
+    assert "ERROR" in framework.format_table(report)

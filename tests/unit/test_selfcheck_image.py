@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from ddtree import selfcheck, selfcheck_image
+from ddtree import checks as framework
+from ddtree import selfcheck_image
 from ddtree.patchset import apply
 
 from tests.synthetic_weights import write_drafter, write_target
@@ -27,11 +28,11 @@ REPO = Path(__file__).resolve().parents[2]
 FAKE_HASH = "--hash=sha256:" + "0" * 64
 
 
-def run(names: list[str], environ: dict[str, str], **options) -> dict[str, selfcheck.CheckResult]:
-    checks = [c for c in selfcheck.REGISTRY if c.name in names]
+def run(names: list[str], environ: dict[str, str], **options) -> dict[str, framework.CheckResult]:
+    checks = [c for c in framework.REGISTRY if c.name in names]
     assert {c.name for c in checks} == set(names)
-    ctx = selfcheck.Context(offline=True, environ=environ, options=options)
-    return {o.name: o.result for o in selfcheck.run_checks(checks, ctx)}
+    ctx = framework.Context(offline=True, environ=environ, options=options)
+    return {o.name: o.result for o in framework.run_checks(checks, ctx)}
 
 
 @pytest.fixture

@@ -10,31 +10,31 @@ import subprocess
 import sys
 
 import pytest
-from ddtree import smoke
+from ddtree import smoke, smoke_models, smoke_server
 
 
 def test_successor_is_one_cycle_through_the_real_tokens() -> None:
-    f = smoke.successor_cycle(1234)
+    f = smoke_models.successor_cycle(1234)
     seen, tok = set(), 0
-    for _ in range(smoke.REAL_TOKENS):
+    for _ in range(smoke_models.REAL_TOKENS):
         seen.add(tok)
         tok = f[tok]
-    assert tok == 0 and seen == set(range(smoke.REAL_TOKENS))
+    assert tok == 0 and seen == set(range(smoke_models.REAL_TOKENS))
 
 
 def test_logit_table_ranks_the_next_four_cycle_steps_and_blocks_eos_and_mask() -> None:
-    f = smoke.successor_cycle(7)
-    table = smoke.logit_table(f)
+    f = smoke_models.successor_cycle(7)
+    table = smoke_models.logit_table(f)
     row = table[5]
-    assert [row[f[5]], row[f[f[5]]], row[f[f[f[5]]]], row[f[f[f[f[5]]]]]] == list(smoke.LOGIT_LADDER)
-    assert row[smoke.EOS_ID] == row[smoke.MASK_ID] == smoke.BLOCKED_LOGIT
-    assert sorted(row, reverse=True)[:5] == [*smoke.LOGIT_LADDER, 0.0]
+    assert [row[f[5]], row[f[f[5]]], row[f[f[f[5]]]], row[f[f[f[f[5]]]]]] == list(smoke_models.LOGIT_LADDER)
+    assert row[smoke_models.EOS_ID] == row[smoke_models.MASK_ID] == smoke_models.BLOCKED_LOGIT
+    assert sorted(row, reverse=True)[:5] == [*smoke_models.LOGIT_LADDER, 0.0]
 
 
 def test_class_probabilities_and_transition_classes() -> None:
-    probs = smoke.target_class_probabilities(1.0)
+    probs = smoke_models.target_class_probabilities(1.0)
     assert abs(sum(probs) - 1.0) < 1e-9 and probs[0] > 0.85
-    f = smoke.successor_cycle(3)
+    f = smoke_models.successor_cycle(3)
     a = 10
     seq = [a, f[a], f[f[f[f[a]]]], 0 if f[f[f[f[a]]]] != 0 else 1]
     classes = smoke.transition_classes(seq, f, skip_first=1)
@@ -44,7 +44,7 @@ def test_class_probabilities_and_transition_classes() -> None:
 
 def _results(dflash_acc: float = 2.0, ddtree_acc: float = 3.0, same: bool = True, counts=None):
     outputs = [[1, 2, 3], [4, 5]]
-    probs = smoke.target_class_probabilities(1.0)
+    probs = smoke_models.target_class_probabilities(1.0)
     fair = counts or [round(2000 * p) for p in probs]
     res = {
         "baseline": smoke.ModeResult("baseline", outputs=outputs, cuda_graph=True, sampling_counts=fair),
@@ -63,7 +63,7 @@ def _results(dflash_acc: float = 2.0, ddtree_acc: float = 3.0, same: bool = True
 
 
 def test_judge_passes_a_good_run() -> None:
-    ok, lines = smoke.judge(_results(), smoke.SmokeSettings())
+    ok, lines = smoke.judge(_results(), smoke_models.SmokeSettings())
     assert ok, lines
 
 
@@ -78,7 +78,7 @@ def test_judge_passes_a_good_run() -> None:
     ],
 )
 def test_judge_fails_what_it_must(kwargs: dict, needle: str) -> None:
-    ok, lines = smoke.judge(_results(**kwargs), smoke.SmokeSettings())
+    ok, lines = smoke.judge(_results(**kwargs), smoke_models.SmokeSettings())
     assert not ok
     assert any(line.startswith("FAIL") and needle in line for line in lines), lines
 
@@ -86,7 +86,7 @@ def test_judge_fails_what_it_must(kwargs: dict, needle: str) -> None:
 def test_judge_fails_without_cuda_graphs() -> None:
     results = _results()
     results["ddtree"].cuda_graph = False
-    ok, lines = smoke.judge(results, smoke.SmokeSettings())
+    ok, lines = smoke.judge(results, smoke_models.SmokeSettings())
     assert not ok and any("FAIL ddtree: CUDA graphs" in line for line in lines)
 
 
@@ -118,10 +118,10 @@ def test_smoke_tp_must_divide_the_tiny_models_heads(tp: int) -> None:
         timeout=300,
     )
     assert done.returncode == smoke.EXIT_CANNOT_RUN, done.stdout + done.stderr
-    reason = f"--smoke-tp {tp}: the tiny models have {smoke.HEADS} attention heads; use 1, 2 or 4"
+    reason = f"--smoke-tp {tp}: the tiny models have {smoke_models.HEADS} attention heads; use 1, 2 or 4"
     assert reason in done.stdout
 
 
 def test_smoke_tp_adds_tp_size_to_every_server() -> None:
-    assert smoke.tp_args(smoke.SmokeSettings()) == []
-    assert smoke.tp_args(smoke.SmokeSettings(tp=2)) == ["--tp-size", "2"]
+    assert smoke_server.tp_args(smoke_models.SmokeSettings()) == []
+    assert smoke_server.tp_args(smoke_models.SmokeSettings(tp=2)) == ["--tp-size", "2"]

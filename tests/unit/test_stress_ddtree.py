@@ -19,16 +19,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from ddtree import smoke
+from ddtree import smoke_models
 
 from tests.gpu import stress_ddtree as stress
 from tests.unit.bench_double import send_body
 
-CYCLE = smoke.successor_cycle(1234)
+CYCLE = smoke_models.successor_cycle(1234)
 
 
 def test_request_mix_covers_lengths_cuts_and_aborts() -> None:
-    reqs = stress.mixed_requests(7, 2048, 8, smoke.REAL_TOKENS, tp=1)
+    reqs = stress.mixed_requests(7, 2048, 8, smoke_models.REAL_TOKENS, tp=1)
     lengths = [len(r.prompt) for r in reqs]
     news = [r.max_new_tokens for r in reqs]
     assert len(reqs) == 32 and min(lengths) == 5 and max(lengths) == 3000
@@ -37,8 +37,8 @@ def test_request_mix_covers_lengths_cuts_and_aborts() -> None:
     aborted = [r for r in reqs if r.abort]
     assert len(aborted) == 4 and min(r.max_new_tokens for r in aborted) >= sorted(news)[-5]
     assert not any(r.sampled for r in reqs)
-    assert stress.mixed_requests(7, 2048, 8, smoke.REAL_TOKENS, tp=1) == reqs, "seeded"
-    sampled = stress.mixed_requests(7, 2048, 8, smoke.REAL_TOKENS, tp=2)
+    assert stress.mixed_requests(7, 2048, 8, smoke_models.REAL_TOKENS, tp=1) == reqs, "seeded"
+    sampled = stress.mixed_requests(7, 2048, 8, smoke_models.REAL_TOKENS, tp=2)
     assert [r.sampled for r in sampled] == [i % 2 == 1 for i in range(32)]
     assert sampled[1].payload("x")["sampling_params"] == {
         "max_new_tokens": news[1],
@@ -54,7 +54,7 @@ def test_stop_strings_are_printable_pairs_near_the_middle() -> None:
     assert stress.stop_string_from([0x20, 0x41, 200, 0x7F, 0x42]) is None, (
         "space, DEL and high bytes are skipped"
     )
-    reqs = stress.mixed_requests(7, 2048, 8, smoke.REAL_TOKENS, tp=2)
+    reqs = stress.mixed_requests(7, 2048, 8, smoke_models.REAL_TOKENS, tp=2)
     answers = {r.name: stress.Answer(output_ids=[200, 65, 66, 201], finish="length") for r in reqs}
     stops = stress.stop_requests(reqs, answers)
     given = [r for r in stops if r.stop is not None]
@@ -109,7 +109,7 @@ def test_context_noise_touches_only_attention_and_mlp(tmp_path: Path) -> None:
     """smoke.py's real tiny weights: seeded noise; embeddings, norms and the LM head keep their values."""
     torch = pytest.importorskip("torch")
     safetensors = pytest.importorskip("safetensors.torch")
-    target, _ = smoke.write_models(tmp_path / "m", smoke.SmokeSettings())
+    target, _ = smoke_models.write_models(tmp_path / "m", smoke_models.SmokeSettings())
     before = safetensors.load_file(str(target / "model.safetensors"))
     stress.add_context_noise(target, 0.03, seed=5)
     after = safetensors.load_file(str(target / "model.safetensors"))
@@ -118,7 +118,7 @@ def test_context_noise_touches_only_attention_and_mlp(tmp_path: Path) -> None:
     assert len(changed) == 6 * 7, "q, k, v, o, gate, up and down of all six layers"
     assert 0.02 < float(after["model.layers.0.mlp.up_proj.weight"].float().std()) < 0.04
     again = tmp_path / "again"
-    target2, _ = smoke.write_models(again, smoke.SmokeSettings())
+    target2, _ = smoke_models.write_models(again, smoke_models.SmokeSettings())
     stress.add_context_noise(target2, 0.03, seed=5)
     name = "model.layers.3.self_attn.q_proj.weight"
     assert torch.equal(safetensors.load_file(str(target2 / "model.safetensors"))[name], after[name])
@@ -174,8 +174,10 @@ class _Generate(BaseHTTPRequestHandler):
                 if body.get("rid") in self.server.aborted:
                     finish = "abort"
                     break
-                cur = CYCLE[cur] if cur < smoke.REAL_TOKENS else 0
-                out.append((cur + 1) % smoke.REAL_TOKENS if len(out) + 1 in self.server.corrupt_at else cur)
+                cur = CYCLE[cur] if cur < smoke_models.REAL_TOKENS else 0
+                out.append(
+                    (cur + 1) % smoke_models.REAL_TOKENS if len(out) + 1 in self.server.corrupt_at else cur
+                )
                 text = bytes(t for t in out if t < 128).decode("latin-1")
                 if stop and text.endswith(stop):
                     finish = "stop"
@@ -258,7 +260,7 @@ def test_stop_as_token_when_the_servers_have_no_tokenizer() -> None:
 def test_a_server_that_needs_skip_tokenizer_init_is_started_again_that_way(
     tmp_path: Path, monkeypatch
 ) -> None:
-    """smoke.Server is MOCKED (a real one needs SGLang on a GPU): with the tokenizer it never gets ready."""
+    """smoke_server.Server is MOCKED (a real one needs SGLang on a GPU): with the tokenizer, never ready."""
     started: list[bool] = []
 
     class FakeServer:
@@ -276,20 +278,20 @@ def test_a_server_that_needs_skip_tokenizer_init_is_started_again_that_way(
         def stop(self) -> None:
             pass
 
-    monkeypatch.setattr(stress.smoke, "Server", FakeServer)
+    monkeypatch.setattr(stress.smoke_server, "Server", FakeServer)
     seen: list[bool] = []
     run = stress.launched(
         "ddtree",
         [],
         tmp_path,
-        stress.smoke.SmokeSettings(),
+        stress.smoke_models.SmokeSettings(),
         tmp_path,
         lambda c, t: (seen.append(t), ({}, None))[1],
     )
     assert started == [False, True] and seen == [False]
     assert run.skipped_tokenizer and run.alive and stress.retractions(run.log) == 1
     with pytest.raises(RuntimeError):
-        stress.launched("plain", [], tmp_path, stress.smoke.SmokeSettings(), tmp_path, None, (False,))
+        stress.launched("plain", [], tmp_path, stress.smoke_models.SmokeSettings(), tmp_path, None, (False,))
 
 
 def test_dflash_runs_the_same_stress_without_the_ddtree_only_checks(tmp_path: Path, capsys) -> None:

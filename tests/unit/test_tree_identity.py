@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from ddtree import selfcheck, tree_identity
+from ddtree import checks as framework
+from ddtree import tree_identity
 from ddtree.fsutil import atomic_write, sha256_file
 from ddtree_build import pristine
 
@@ -116,9 +117,9 @@ def test_selfcheck_full_compares_the_baked_digest(
     baked = tmp_path / "tree-identity.json"
     assert tree_identity._main(["write", "--root", str(site), "--out", str(baked)]) == 0
     env = {"DDTREE_TREE_IDENTITY": str(baked), "DDTREE_IMAGE_LABELS": str(tmp_path / "none.json")}
-    off = selfcheck_tree.tree_check(selfcheck.Context(environ=env))
+    off = selfcheck_tree.tree_check(framework.Context(environ=env))
     assert off.status == "skip" and "--full" in off.detail
-    ctx = selfcheck.Context(environ=env, options={"full": True})
+    ctx = framework.Context(environ=env, options={"full": True})
     result = selfcheck_tree.tree_check(ctx)
     assert result.status == "pass" and "match their RECORDs" in result.detail, result.detail
     (site / "packaging" / "extra.py").write_text("X = 1\n")

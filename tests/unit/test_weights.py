@@ -9,7 +9,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from ddtree import weights
+from ddtree import weights, weights_hash
 from ddtree.errors import UserError
 
 from tests.synthetic_weights import write_drafter, write_shard, write_target
@@ -177,7 +177,7 @@ def test_full_hash_matches_hashlib_and_manifest(tmp_path: Path) -> None:
     manifest = tmp_path / "weights.sha256"
     manifest.write_text("".join(f"{d}  ./{n}\n" for n, d in expected.items()) + f"{'0' * 64}  config.json\n")
     stream = io.StringIO()
-    report = weights.full_hash(model, manifest=manifest, workers=3, stream=stream)
+    report = weights_hash.full_hash(model, manifest=manifest, workers=3, stream=stream)
     assert report.digests == expected
     assert report.ok
     assert "100.0%" in stream.getvalue()  # the progress reached the end
@@ -188,9 +188,9 @@ def test_full_hash_mismatch_named(tmp_path: Path) -> None:
     paths = write_target(model, shards=2, tensor_bytes=1000)
     manifest = tmp_path / "weights.sha256"
     manifest.write_text("".join(f"{'a' * 64}  {p.name}\n" for p in paths))
-    report = weights.full_hash(model, manifest=manifest, stream=io.StringIO())
+    report = weights_hash.full_hash(model, manifest=manifest, stream=io.StringIO())
     assert not report.ok and report.mismatched == sorted(p.name for p in paths)
-    line = weights.describe_hash_failure(report, model, manifest)
+    line = weights_hash.describe_hash_failure(report, model, manifest)
     assert f"shard {paths[0]} does not match {manifest} (2 mismatched)" in line
 
 
@@ -200,9 +200,9 @@ def test_full_hash_absent_from_folder(tmp_path: Path) -> None:
     digest = hashlib.sha256(paths[0].read_bytes()).hexdigest()
     manifest = tmp_path / "weights.sha256"
     manifest.write_text(f"{digest}  {paths[0].name}\n{'b' * 64}  model-extra.safetensors\n")
-    report = weights.full_hash(model, manifest=manifest, stream=io.StringIO())
+    report = weights_hash.full_hash(model, manifest=manifest, stream=io.StringIO())
     assert report.absent == ["model-extra.safetensors"]
-    assert "lists model-extra.safetensors which is not in" in weights.describe_hash_failure(
+    assert "lists model-extra.safetensors which is not in" in weights_hash.describe_hash_failure(
         report, model, manifest
     )
 
@@ -210,7 +210,7 @@ def test_full_hash_absent_from_folder(tmp_path: Path) -> None:
 def test_bad_manifest_line(tmp_path: Path) -> None:
     manifest = tmp_path / "weights.sha256"
     manifest.write_text("nonsense\n")
-    err = _error(weights.read_manifest, manifest)
+    err = _error(weights_hash.read_manifest, manifest)
     assert f"weights manifest {manifest}:1 is not `sha256  path`" in str(err)
 
 

@@ -16,7 +16,8 @@ import struct
 from pathlib import Path
 
 import pytest
-from ddtree import cli, selfcheck, selfcheck_image, weights
+from ddtree import checks as framework
+from ddtree import cli, selfcheck_image, weights, weights_hash
 from ddtree.errors import UserError
 
 from tests.synthetic_weights import write_drafter, write_hf_cache, write_target
@@ -98,8 +99,8 @@ def test_selfcheck_drafter_check_compares_shapes(pair, tmp_path: Path) -> None:
         "DDTREE_TARGET": "pro6000", "DDTREE_ENV_DIR": str(REPO / "env"), "PATH": "/nonexistent",
         "DDTREE_MODEL_DIR": str(target), "DDTREE_DRAFTER_DIR": str(drafter),
     }  # fmt: skip
-    checks = [c for c in selfcheck.REGISTRY if c.name == "drafter"]
-    (outcome,) = selfcheck.run_checks(checks, selfcheck.Context(offline=True, environ=environ))
+    checks = [c for c in framework.REGISTRY if c.name == "drafter"]
+    (outcome,) = framework.run_checks(checks, framework.Context(offline=True, environ=environ))
     assert (
         outcome.result.status == "fail"
         and "has hidden_size 128 but the target's is 64" in outcome.result.detail
@@ -256,11 +257,13 @@ def test_hash_write_to_a_read_only_folder_fails_before_hashing(
     folder = tmp_path / "t"
     write_target(folder)
     monkeypatch.setattr(
-        weights.tempfile,
+        weights_hash.tempfile,
         "mkstemp",
         lambda **_: (_ for _ in ()).throw(OSError(errno.EROFS, "Read-only file system")),
     )
-    monkeypatch.setattr(weights, "hash_files", lambda *a, **k: pytest.fail("hashed before checking --write"))
+    monkeypatch.setattr(
+        weights_hash, "hash_files", lambda *a, **k: pytest.fail("hashed before checking --write")
+    )
     code, out, err = _cli(capsys, "weights", "hash", str(folder), "--write", str(folder / "weights.sha256"))
     assert code == 1 and out == []
     assert err == [
@@ -304,4 +307,4 @@ def test_write_manifest_error_is_one_line(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(UserError, match=r"manifest .* cannot be written \(Not a directory\)"):
-        weights.write_manifest({"a": "0" * 64}, blocker / "sub" / "m.sha256")
+        weights_hash.write_manifest({"a": "0" * 64}, blocker / "sub" / "m.sha256")

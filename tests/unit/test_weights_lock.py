@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ddtree import cli, selfcheck, selfcheck_image, selfcheck_weights, serve, weights_lock
+from ddtree import checks as framework
+from ddtree import cli, selfcheck_image, selfcheck_weights, serve, weights_lock
 from ddtree.errors import UserError
 from ddtree.weights_layout import resolve_checkout
 
@@ -309,16 +310,16 @@ def test_selfcheck_weights_lock(served, locked, tmp_path: Path) -> None:
     selfcheck_image._plan_cached.cache_clear()
     environ = _serve_env(path, served["cache"], served["drafter"], PATH="/nonexistent")
     assert selfcheck_weights.weights_lock_check is not None  # importing it registers the check
-    checks = [c for c in selfcheck.REGISTRY if c.name == "weights-lock"]
-    ctx = selfcheck.Context(offline=True, environ=environ, options={"full_hash": True})
-    (outcome,) = selfcheck.run_checks(checks, ctx)
+    checks = [c for c in framework.REGISTRY if c.name == "weights-lock"]
+    ctx = framework.Context(offline=True, environ=environ, options={"full_hash": True})
+    (outcome,) = framework.run_checks(checks, ctx)
     assert outcome.result.status == "pass", outcome.result.detail
     assert "target matches" in outcome.result.detail and "sha256 of every file" in outcome.result.detail
     assert outcome.result.data["identity"] == weights_lock.lock_identity(path)
     selfcheck_image._plan_cached.cache_clear()
     (copy / "tokenizer_config.json").write_text("{}")
     environ = _serve_env(path, copy, served["drafter"], PATH="/nonexistent")
-    (outcome,) = selfcheck.run_checks(checks, selfcheck.Context(offline=True, environ=environ))
+    (outcome,) = framework.run_checks(checks, framework.Context(offline=True, environ=environ))
     assert outcome.result.status == "fail"
     assert outcome.result.detail.startswith(
         f"target file {copy / 'tokenizer_config.json'} is not in the lock"

@@ -132,17 +132,25 @@ class Client:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
 
-    def get_text(self, route: str, timeout: float = 10.0) -> tuple[int, str]:
-        """GET a route; (status, body). Connection problems give status 0 and the error text."""
+    def _exchange(self, method: str, route: str, body: str | None, timeout: float) -> tuple[int, str]:
+        """(status, body) of one request. Connection problems give status 0 and the error text."""
         conn = self.endpoint.connect(timeout)
         try:
-            conn.request("GET", self.endpoint.path(route), headers=self._headers())
+            conn.request(method, self.endpoint.path(route), body, headers=self._headers())
             resp = conn.getresponse()
             return resp.status, resp.read().decode("utf-8", "replace")
         except (OSError, http.client.HTTPException) as exc:
             return 0, f"{type(exc).__name__}: {exc}"
         finally:
             conn.close()
+
+    def get_text(self, route: str, timeout: float = 10.0) -> tuple[int, str]:
+        """GET a route; (status, body). Connection problems give status 0 and the error text."""
+        return self._exchange("GET", route, None, timeout)
+
+    def post_text(self, route: str, payload: dict[str, Any], timeout: float) -> tuple[int, str]:
+        """POST JSON; (status, body), never raising: for callers that judge every answer themselves."""
+        return self._exchange("POST", route, json.dumps(payload), timeout)
 
     def get_json(self, route: str, timeout: float = 10.0) -> Any | None:
         return self.get_json_answer(route, timeout)[0]

@@ -17,14 +17,13 @@ measurement; exit 4).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from ddtree.bench.report import accept_value, cell_median
 from ddtree.errors import UserError
-from ddtree.reference import Range, Reference, load_reference
+from ddtree.reference import Range, Reference, default_reference_path, load_reference
 
 EXIT_FAIL = 3
 EXIT_INCOMPLETE = 4
@@ -35,18 +34,6 @@ FIGURE_TO_METRIC = {
 }
 ALGORITHM_TO_MODE = {"none": "baseline", "baseline": "baseline", "ddtree": "ddtree", "dflash": "dflash"}
 METRICS = ("per_request_tok_s", "aggregate_tok_s", "ttft_s", "accept_length")
-
-
-def default_reference_path() -> Path | None:
-    """$DDTREE_ENV_DIR/reference, the image's /opt/ddtree/env/reference, or the checkout's env/reference."""
-    candidates = []
-    if os.environ.get("DDTREE_ENV_DIR"):
-        candidates.append(Path(os.environ["DDTREE_ENV_DIR"]) / "reference" / "results.yaml")
-    candidates += [
-        Path("/opt/ddtree/env/reference/results.yaml"),
-        Path(__file__).resolve().parents[3] / "env" / "reference" / "results.yaml",
-    ]
-    return next((p for p in candidates if p.is_file()), None)
 
 
 @dataclass
@@ -327,8 +314,8 @@ def compare(
     reference = None
     if use_reference:
         reference_path = reference_path or default_reference_path()
-        if reference_path is None:
-            raise UserError("no env/reference/results.yaml found; pass --reference FILE or --no-reference")
+        if not Path(reference_path).is_file():
+            raise UserError(f"{reference_path}: not found; pass --reference FILE or --no-reference")
         reference = load_reference(reference_path)
     checks: list[Check] = []
     if reference:

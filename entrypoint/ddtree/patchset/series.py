@@ -31,6 +31,7 @@ import yaml
 from ddtree.errors import UserError
 from ddtree.fsutil import atomic_write, sha256_bytes
 from ddtree.patchset import udiff
+from ddtree.yamlfile import load_yaml
 
 NEW = "new"
 _ID_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
@@ -154,12 +155,7 @@ def _hash_field(value: object, where: str, allow_new: bool, strict: bool) -> str
 def load(path: Path, strict: bool = True) -> Series:
     """Read and validate a series. strict=False lets hashes be missing (an entry not refreshed yet)."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_bytes())
-    except FileNotFoundError:
-        raise UserError(f"{path}: series file not found (pass --series or create it)") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    data = load_yaml(path, "series file not found (pass --series or create it)")
     if not isinstance(data, dict):
         raise _fail(str(path), "must be a mapping with keys base and patches")
     _check_keys(data, _TOP_KEYS, set(), str(path))
