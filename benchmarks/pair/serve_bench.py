@@ -2,7 +2,7 @@
 
     python -m benchmarks.pair.serve_bench --pair DIR --out OUT [--modes none,dflash,ddtree-8,...]
 
-For each mode, one server (ddtree.smoke.Server: triton attention, the profile's backend; CUDA graphs on,
+For each mode, one server (ddtree.smoke_server.Server: triton attention, the profile's backend; CUDA graphs on,
 batch sizes up to 64), then:
   1. greedy check: the pair's held-out eval prompts (eval_prompts.json), all at once, temperature 0,
      ignore_eos, the continuation length the rig evaluated; output ids and spec_accept_length per request;
@@ -26,8 +26,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ddtree import smoke
+from ddtree import smoke, smoke_server
 from ddtree.fsutil import atomic_write
+from ddtree.smoke_models import SmokeSettings
 
 MODES = ("none", "dflash", "ddtree-8", "ddtree-16", "ddtree-32")
 BLOCK = 8  # served block size (the profile's --speculative-num-draft-tokens)
@@ -45,10 +46,10 @@ def say(msg: str) -> None:
     print(f"[serve {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def server_settings(mode: str) -> tuple[str, smoke.SmokeSettings]:
+def server_settings(mode: str) -> tuple[str, SmokeSettings]:
     """(smoke mode name, settings) of one of MODES."""
     budget = int(mode.split("-")[1]) if mode.startswith("ddtree-") else 8
-    settings = smoke.SmokeSettings(
+    settings = SmokeSettings(
         block_size=BLOCK, budget=budget, topk=TOPK, window=WINDOW, launch_timeout_s=240.0,
         extra_server_args=SERVER_ARGS,
     )  # fmt: skip
@@ -56,7 +57,7 @@ def server_settings(mode: str) -> tuple[str, smoke.SmokeSettings]:
     return kind, settings
 
 
-def greedy_check(server: smoke.Server, prompts: list[list[int]], new_tokens: int) -> dict:
+def greedy_check(server: smoke_server.Server, prompts: list[list[int]], new_tokens: int) -> dict:
     params = {"max_new_tokens": new_tokens, "temperature": 0.0, "ignore_eos": True}
 
     def one(prompt: list[int]) -> dict:
@@ -95,7 +96,9 @@ def run_mode(mode: str, args: argparse.Namespace, prompts: list[list[int]], new_
     folder = args.out / mode
     folder.mkdir(parents=True, exist_ok=True)
     target, drafter = args.pair / "target", args.pair / "drafter"
-    server = smoke.Server(target, smoke.mode_args(kind, drafter, settings), folder / "server.log", settings)
+    server = smoke_server.Server(
+        target, smoke_server.mode_args(kind, drafter, settings), folder / "server.log", settings
+    )
     record: dict = {"mode": mode, "cmd": server.cmd[1:]}
     try:
         record["ready_s"] = round(server.wait_ready(), 1)

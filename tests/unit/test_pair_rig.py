@@ -238,7 +238,7 @@ def test_toy_preset_trains_and_evaluates_end_to_end(tmp_path: Path) -> None:
 
 def test_serve_bench_and_summary_against_the_sglang_test_double(tmp_path: Path, monkeypatch) -> None:
     """serve_bench's per-mode run (greedy check, `ddtree bench` at two temperatures) and summarize's table,
-    with ddtree.smoke.Server replaced by the bench's SGLang TEST DOUBLE (no GPU here to start SGLang)."""
+    with ddtree.smoke_server.Server replaced by the bench's SGLang TEST DOUBLE (no GPU here to start SGLang)."""
     from ddtree.bench.client import Client
 
     from benchmarks.pair import serve_bench, summarize
@@ -257,7 +257,7 @@ def test_serve_bench_and_summary_against_the_sglang_test_double(tmp_path: Path, 
         class DoubleServer:
             def __init__(self, target, args, log_path, settings, skip_tokenizer_init=True):
                 self.url, self.client = url, Client(url, timeout=30)
-                self.cmd = ["sglang", *args, *settings.extra_server_args]  # as smoke.Server adds them
+                self.cmd = ["sglang", *args, *settings.extra_server_args]  # as smoke_server.Server adds them
                 log_path.write_text("test double\n")
 
             def wait_ready(self) -> float:
@@ -266,7 +266,7 @@ def test_serve_bench_and_summary_against_the_sglang_test_double(tmp_path: Path, 
             def stop(self) -> None:
                 pass
 
-        monkeypatch.setattr(serve_bench.smoke, "Server", DoubleServer)
+        monkeypatch.setattr(serve_bench.smoke_server, "Server", DoubleServer)
         monkeypatch.setattr(serve_bench.smoke, "gpu_problem", lambda: None)
         runs = tmp_path / "runs"
         argv = ["--pair", str(pair), "--out", str(runs), "--modes", "none,dflash", "--contexts", "32",
