@@ -2,8 +2,8 @@
 
     python -m benchmarks.pair.serve_bench --pair DIR --out OUT [--modes none,dflash,ddtree-8,...]
 
-For each mode, one server (ddtree.smoke_server.Server: triton attention, the profile's backend; CUDA graphs on,
-batch sizes up to 64), then:
+For each mode, one server (ddtree.smoke_server.Server: triton attention, the profile's backend; CUDA graphs
+on, batch sizes up to 64), then:
   1. greedy check: the pair's held-out eval prompts (eval_prompts.json), all at once, temperature 0,
      ignore_eos, the continuation length the rig evaluated; output ids and spec_accept_length per request;
   2. `ddtree bench --api generate --tokenizer PAIR/target` at every temperature (default 0 and 1.0) over
