@@ -9,6 +9,9 @@
 #          contexts 256,1024,4096 x concurrency 1,8,32,64), writing $RUNS.
 #   summary: benchmarks.pair.summarize over $RUNS (offline acceptance on the served tokens, greedy equality,
 #          ratios); exit 1 when a mode's greedy outputs differ from no speculation.
+#   profile: benchmarks.pair.profile_step: SGLang's torch profiler over one greedy request per mode
+#          (PROFILE_MODES, default none,dflash,ddtree-16); per decode step: drafter forward, target forward,
+#          DDTree kernels, other kernels and copies, idle GPU ($RUNS/profile/profile.json). Not yet run on a GPU.
 #   pack:  tar $RUNS (without server logs' bulk) into $OUT/runs.tar for the trip back.
 # usage (device, repo root): OUT=/some/dir PAIR=/tmp/pair RUNS=/tmp/runs bash tests/gpu/device_pair.sh STEP...
 set -u
@@ -43,10 +46,14 @@ print("greedy equality across modes:", "FAIL" if bad else "ok")
 sys.exit(1 if bad else 0)
 PY
       ;;
+    profile)
+      python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/profile" \
+        --modes "${PROFILE_MODES:-none,dflash,ddtree-16}"
+      src=$? ;;
     pack)
       tar -C "$RUNS" -cf "$OUT/runs.tar" . && ls -la "$OUT/runs.tar"
       src=$? ;;
-    *) echo "unknown step $step (train, serve, summary, pack)"; exit 2 ;;
+    *) echo "unknown step $step (train, serve, summary, profile, pack)"; exit 2 ;;
   esac
   echo "== $step: exit $src after $((SECONDS - t)) s"
   rc=$((rc | src))

@@ -289,3 +289,42 @@ def test_serve_bench_and_summary_against_the_sglang_test_double(tmp_path: Path, 
     ratios = [r for r in summary["bench"] if r["mode"] == "dflash"]
     assert all(r["ratio_vs"] == "none" and r["per_request_ratio"] > 0 for r in ratios)
     assert "| dflash | 2/2 |" in (runs / "summary.md").read_text()
+
+
+def test_profile_analysis_splits_a_step_into_drafter_target_ddtree_and_idle() -> None:
+    """A synthetic Chrome trace of two speculative steps (torch.profiler's format: CPU spans, runtime calls
+    and GPU kernels tied by correlation ids), since a real trace needs SGLang on a GPU."""
+    from benchmarks.pair.profile_step import analyze, table
+
+    events: list[dict] = []
+
+    def span(name: str, ts: float, dur: float) -> None:
+        events.append({"ph": "X", "cat": "user_annotation", "name": name, "ts": ts, "dur": dur, "tid": 1})
+
+    def launch(corr: int, ts: float, kernel: str, k_ts: float, k_dur: float, cat: str = "kernel") -> None:
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": ts, "dur": 2,
+                       "tid": 1, "args": {"correlation": corr}})  # fmt: skip
+        events.append({"ph": "X", "cat": cat, "name": kernel, "ts": k_ts, "dur": k_dur, "tid": 7,
+                       "args": {"correlation": corr}})  # fmt: skip
+
+    for step, base in enumerate((0.0, 1000.0)):
+        corr = 10 * step
+        span("step[TARGET_VERIFY bs=1]", base, 100)  # the drafter's forward comes first
+        launch(corr + 1, base + 10, "extend_attention", base + 20, 30)
+        span("step[TARGET_VERIFY bs=1]", base + 110, 100)  # then the target's verify
+        launch(corr + 2, base + 120, "nvjet_gemm", base + 130, 60)
+        launch(corr + 3, base + 215, "_score_kernel_0d1d", base + 220, 5)
+        launch(corr + 4, base + 230, "Memcpy DtoH", base + 240, 10, cat="gpu_memcpy")
+        launch(corr + 5, base + 250, "argmax_kernel", base + 255, 5)
+    result = analyze({"traceEvents": events}, "ddtree")
+    per_step = result["per_step_us"]
+    assert result["steps"] == 2 and result["forward_spans"] == 4
+    assert per_step["drafter forward"] == 30 and per_step["target forward"] == 60
+    assert per_step["DDTree kernels"] == 5 and per_step["copies outside forwards"] == 10
+    assert per_step["other kernels outside forwards"] == 5
+    # window 20 .. 1260 = 1240 us, busy 2 x 110 = 220 us -> idle (1240 - 220) / 2 per step
+    assert per_step["wall"] == 620 and per_step["idle GPU"] == 510
+    assert "| drafter forward | 30.0 |" in table([result])
+    plain = analyze({"traceEvents": [dict(e, name="step[DECODE bs=1]") if "step[" in e["name"] else e
+                                     for e in events]}, "none")  # fmt: skip
+    assert plain["per_step_us"]["target forward"] == 45 and plain["steps"] == 4

@@ -1,0 +1,172 @@
+"""Where one served decode step's time goes: none vs DFLASH vs DDTREE on the trained pair (GPU device).
+
+    python -m benchmarks.pair.profile_step --pair DIR --out OUT [--modes none,dflash,ddtree-16] [--steps 30]
+    python -m benchmarks.pair.profile_step --analyze TRACE.json.gz [--mode dflash]     # anywhere
+
+For each mode: one server (serve_bench's settings), a warm-up request, then SGLang's own torch profiler
+(POST /start_profile, CPU + GPU activities, `--steps` scheduler steps) over one greedy request at
+concurrency 1; the trace lands in OUT/MODE/. The analysis splits the profiled window into:
+  - drafter forward / target forward: GPU time of the kernels launched inside SGLang's per-forward spans
+    (`step[MODE bs=N]`, model_runner.py; kernels are matched to their launch by CUPTI's correlation id, CUDA
+    graph replays included). In a speculative step the drafter's forward comes first, then the target's
+    verify, both TARGET_VERIFY spans: they are told apart by that order;
+  - DDTree's own kernels (ddtree_kernels.py's Triton kernels, by name) and every other kernel launched
+    outside those spans (sampling, KV bookkeeping, the drafter's KV append, copies);
+  - idle GPU: the window minus the union of all kernel intervals (host work, syncs, scheduling).
+Figures are per decode step (the window over the number of target forwards). The trace format is the
+Chrome trace torch.profiler writes; nothing here needs SGLang, so it is unit-tested on a synthetic trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+DDTREE_KERNEL = re.compile(
+    r"_tile_topk|_merge_topk|_score_kernel|_rank_kernel|_tree_rows|_verify_greedy|filter_rows|verify_sampling"
+    r"|_sample|_walk|_bonus"
+)
+STEP_SPAN = re.compile(r"^step\[(?P<mode>[A-Z_]+) bs=(?P<bs>\d+)")
+GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+
+
+def load_trace(path: Path) -> dict[str, Any]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as handle:
+        return json.load(handle)
+
+
+def _union(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for start, stop in sorted(intervals):
+        if stop <= end:
+            continue
+        total += stop - max(start, end)
+        end = stop
+    return total
+
+
+def analyze(trace: dict[str, Any], mode: str) -> dict[str, Any]:
+    """Per-step split of GPU time (microseconds) for one mode's trace (see the module docstring)."""
+    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
+    spans = sorted(
+        (e for e in events if STEP_SPAN.match(str(e.get("name", "")))), key=lambda e: float(e["ts"])
+    )
+    runtime = [e for e in events if e.get("cat") == "cuda_runtime" and "correlation" in (e.get("args") or {})]
+    gpu = [e for e in events if e.get("cat") in GPU_CATS]
+    # which forward span launched each runtime call (same thread, inside the span's interval)
+    owner_of_correlation: dict[int, str] = {}
+    roles: list[str] = []
+    verify_seen = 0
+    for span in spans:
+        kind = STEP_SPAN.match(span["name"]).group("mode")
+        if kind == "TARGET_VERIFY" and mode != "none":
+            role = "drafter forward" if verify_seen % 2 == 0 else "target forward"
+            verify_seen += 1
+        elif kind == "DECODE":
+            role = "target forward"
+        else:
+            role = f"{kind.lower()} forward"
+        roles.append(role)
+        start, stop = float(span["ts"]), float(span["ts"]) + float(span.get("dur", 0))
+        for call in runtime:
+            if call.get("tid") == span.get("tid") and start <= float(call["ts"]) <= stop:
+                owner_of_correlation[int(call["args"]["correlation"])] = role
+    buckets: dict[str, float] = defaultdict(float)
+    intervals = []
+    for kernel in gpu:
+        begin, dur = float(kernel["ts"]), float(kernel.get("dur", 0))
+        intervals.append((begin, begin + dur))
+        correlation = (kernel.get("args") or {}).get("correlation")
+        role = owner_of_correlation.get(int(correlation)) if correlation is not None else None
+        if role is None:
+            if DDTREE_KERNEL.search(str(kernel.get("name", ""))):
+                role = "DDTree kernels"
+            elif kernel.get("cat") != "kernel":
+                role = "copies outside forwards"
+            else:
+                role = "other kernels outside forwards"
+        buckets[role] += dur
+    if not intervals:
+        return {"mode": mode, "steps": 0, "per_step_us": {}}
+    window = max(b for _, b in intervals) - min(a for a, _ in intervals)
+    busy = _union(intervals)
+    steps = max(1, roles.count("target forward"))
+    per_step = {name: round(value / steps, 1) for name, value in sorted(buckets.items())}
+    per_step["idle GPU"] = round((window - busy) / steps, 1)
+    per_step["wall"] = round(window / steps, 1)
+    return {"mode": mode, "steps": steps, "forward_spans": len(spans), "per_step_us": per_step}
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    rows = [*sorted({k for r in results for k in r["per_step_us"]} - {"wall"}), "wall"]
+    lines = ["| per decode step (us) | " + " | ".join(r["mode"] for r in results) + " |",
+             "|---|" + "---|" * len(results)]  # fmt: skip
+    for name in rows:
+        cells = [str(r["per_step_us"].get(name, "-")) for r in results]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines.append("| steps profiled | " + " | ".join(str(r["steps"]) for r in results) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def profile_mode(mode: str, pair: Path, out: Path, steps: int, new_tokens: int) -> dict[str, Any]:
+    """Start the mode's server, profile `steps` scheduler steps of one greedy request, analyze the trace."""
+    from ddtree import smoke_server
+
+    from benchmarks.pair import serve_bench
+
+    kind, settings = serve_bench.server_settings(mode)
+    folder = (out / mode).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    args = smoke_server.mode_args(kind, pair / "drafter", settings)
+    server = smoke_server.Server(pair / "target", args, folder / "server.log", settings)
+    prompt = json.loads((pair / "eval_prompts.json").read_text())["prompts"][0]
+    params = {"max_new_tokens": new_tokens, "temperature": 0.0, "ignore_eos": True}
+    try:
+        server.wait_ready()
+        server.client.post_json("/generate", {"input_ids": prompt, "sampling_params": params})  # warm-up
+        body = {"output_dir": str(folder), "num_steps": steps, "activities": ["CPU", "GPU"]}
+        server.client.post_json("/start_profile", body)
+        server.client.post_json("/generate", {"input_ids": prompt, "sampling_params": params})
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not list(folder.glob("*.trace.json.gz")):
+            time.sleep(1.0)
+    finally:
+        server.stop()
+    traces = sorted(folder.glob("*.trace.json.gz"))
+    if not traces:
+        return {"mode": mode, "steps": 0, "per_step_us": {}, "error": f"no trace in {folder}"}
+    return analyze(load_trace(traces[-1]), mode)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pair", type=Path)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--modes", default="none,dflash,ddtree-16")
+    ap.add_argument("--steps", type=int, default=30, help="scheduler steps the profiler records")
+    ap.add_argument("--new-tokens", type=int, default=256)
+    ap.add_argument("--analyze", type=Path, help="only analyze this trace file")
+    ap.add_argument("--mode", default="ddtree", help="with --analyze: none, dflash or ddtree")
+    args = ap.parse_args(argv)
+    if args.analyze is not None:
+        results = [analyze(load_trace(args.analyze), args.mode)]
+    else:
+        if args.pair is None or args.out is None:
+            ap.error("--pair and --out are needed (or --analyze TRACE)")
+        results = [
+            profile_mode(m, args.pair, args.out, args.steps, args.new_tokens) for m in args.modes.split(",")
+        ]
+        (args.out / "profile.json").write_text(json.dumps(results, indent=1) + "\n")
+    print(table(results))
+    return 0 if all(r["steps"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
