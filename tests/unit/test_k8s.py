@@ -146,6 +146,13 @@ def test_replica_has_all_gpus_shm_in_memory_and_read_only_weights(overlay: str) 
         assert weights["persistentVolumeClaim"] == {"claimName": "kimi-k2-6-weights", "readOnly": True}
         assert "hostPath" not in weights
     assert pod["shareProcessNamespace"] is True  # the pause container reaps orphans (compose: init)
+    # the image's unprivileged user, and a writable JIT cache where the image points DDTREE_JIT_CACHE_DIR
+    user = re.search(r"^USER (\d+):(\d+)$", (REPO / "Dockerfile").read_text(), re.M)
+    assert user, "the committed Dockerfile names its numeric user"
+    uid, gid = int(user.group(1)), int(user.group(2))
+    assert pod["securityContext"] == {"runAsUser": uid, "runAsGroup": gid, "runAsNonRoot": True}
+    jit = mounts["/var/cache/ddtree-jit"]
+    assert "emptyDir" in volumes[jit["name"]] and not jit.get("readOnly")
 
 
 @pytest.mark.parametrize("overlay", TARGETS)
