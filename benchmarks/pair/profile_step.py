@@ -20,6 +20,7 @@ Chrome trace torch.profiler writes; nothing here needs SGLang, so it is unit-tes
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import re
@@ -115,6 +116,18 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _wait_for_trace(folder: Path, timeout_s: float) -> None:
+    """Until a trace file exists and its size holds still for two seconds (the export writes in place)."""
+    deadline = time.monotonic() + timeout_s
+    last = -1
+    while time.monotonic() < deadline:
+        sizes = [f.stat().st_size for f in folder.glob("*.trace.json.gz")]
+        if sizes and sum(sizes) == last:
+            return
+        last = sum(sizes) if sizes else -1
+        time.sleep(2.0)
+
+
 def profile_mode(mode: str, pair: Path, out: Path, steps: int, new_tokens: int) -> dict[str, Any]:
     """Start the mode's server, profile `steps` scheduler steps of one greedy request, analyze the trace."""
     from ddtree import smoke_server
@@ -122,6 +135,10 @@ def profile_mode(mode: str, pair: Path, out: Path, steps: int, new_tokens: int) 
     from benchmarks.pair import serve_bench
 
     kind, settings = serve_bench.server_settings(mode)
+    # Only bs 1 is profiled: capture few graph sizes, so each server is ready sooner than serve_bench's.
+    settings = dataclasses.replace(
+        settings, extra_server_args=("--cuda-graph-bs", "1", "2", "4", "--mem-fraction-static", "0.3")
+    )
     folder = (out / mode).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     args = smoke_server.mode_args(kind, pair / "drafter", settings)
@@ -131,12 +148,11 @@ def profile_mode(mode: str, pair: Path, out: Path, steps: int, new_tokens: int) 
     try:
         server.wait_ready()
         server.client.post_json("/generate", {"input_ids": prompt, "sampling_params": params})  # warm-up
-        body = {"output_dir": str(folder), "num_steps": steps, "activities": ["CPU", "GPU"]}
+        body = {"output_dir": str(folder), "num_steps": steps, "activities": ["CPU", "GPU"],
+                "with_stack": False, "record_shapes": False}  # fmt: skip
         server.client.post_json("/start_profile", body)
         server.client.post_json("/generate", {"input_ids": prompt, "sampling_params": params})
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not list(folder.glob("*.trace.json.gz")):
-            time.sleep(1.0)
+        _wait_for_trace(folder, timeout_s=120.0)
     finally:
         server.stop()
     traces = sorted(folder.glob("*.trace.json.gz"))
