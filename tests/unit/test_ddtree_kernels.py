@@ -270,6 +270,15 @@ for name, (which, on, renorm, cap, floor) in variants.items():
         "rows": int(cut["searched"].numel()),
         "kept_sizes": sorted(set((want > 0).sum(dim=1).tolist())),
     }
+    off = ~torch.isclose(probs, want, rtol=1e-5, atol=1e-7)
+    if off.any():  # what a failure needs to be understood: the rows, their path and both masses
+        bad = off.any(dim=1).nonzero().flatten()
+        result[f"cut_{name}"]["off_rows"] = {
+            int(r): {"searched": int(cut["searched"][r]), "kept_mass": float(cut["kept_mass"][r]),
+                     "reference_mass": float(torch.exp(z[r] - z[r].amax())[want[r] > 0].double().sum()),
+                     "max_diff": float((probs[r] - want[r]).abs().max())}
+            for r in bad[:6]
+        }
 
 # 2. The fused walk + bonus draw against verify_sampling_from_logits' torch path, the same coins.
 def walk_case(bs, budget, topk, depth, vocab, params, renorm, cap, floor, draws):
