@@ -8,7 +8,8 @@
 #          none,dflash,ddtree-8,ddtree-16,ddtree-32; each: greedy check + ddtree bench at T=0 and T=1.0 over
 #          contexts 256,1024,4096 x concurrency 1,8,32,64), writing $RUNS.
 #   summary: benchmarks.pair.summarize over $RUNS (offline acceptance on the served tokens, greedy equality,
-#          ratios); exit 1 when a mode's greedy outputs differ from no speculation.
+#          ratios); exit 1 when a mode's greedy outputs differ from no speculation other than at a near-tie
+#          (the target's top-1 minus top-2 logit at most 0.25 where they first differ: bf16 noise).
 #   profile: benchmarks.pair.profile_step: SGLang's torch profiler over one greedy request per mode
 #          (PROFILE_MODES, default none,dflash,ddtree-16); per decode step: drafter forward, target forward,
 #          DDTree kernels, other kernels and copies, idle GPU ($RUNS/profile/profile.json). Not yet run on a GPU.
@@ -34,18 +35,7 @@ for step in "$@"; do
       src=$? ;;
     summary)
       python3 -m benchmarks.pair.summarize --runs "$RUNS" --pair "$PAIR" --device cuda
-      src=$?
-      python3 - "$RUNS/summary.json" <<'PY' || src=1
-import json, sys
-greedy = json.load(open(sys.argv[1]))["greedy"]
-bad = {m: r for m, r in greedy.items() if r.get("identical_to_none", r["requests"]) != r["requests"]}
-for mode, row in bad.items():
-    print(f"greedy: {mode} differs from no speculation in {row['requests'] - row['identical_to_none']} "
-          f"of {row['requests']} requests (first differences at {row['first_difference_at']})")
-print("greedy equality across modes:", "FAIL" if bad else "ok")
-sys.exit(1 if bad else 0)
-PY
-      ;;
+      src=$? ;;
     profile)
       python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/profile" \
         --modes "${PROFILE_MODES:-none,dflash,ddtree-16}"

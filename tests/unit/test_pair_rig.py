@@ -328,3 +328,29 @@ def test_profile_analysis_splits_a_step_into_drafter_target_ddtree_and_idle() ->
     plain = analyze({"traceEvents": [dict(e, name="step[DECODE bs=1]") if "step[" in e["name"] else e
                                      for e in events]}, "none")  # fmt: skip
     assert plain["per_step_us"]["target forward"] == 45 and plain["steps"] == 4
+
+
+def test_greedy_verdict_passes_near_ties_and_fails_a_wide_gap_or_an_unjudged_difference() -> None:
+    """On the committed H200 summary (5-8 of 32 identical, every first difference at a gap <= 0.203), then
+    the same summary with one gap widened, then without the gaps (summarize run without --pair)."""
+    import copy
+
+    from benchmarks.pair import summarize
+
+    real = json.loads((Path(__file__).parents[2] / "benchmarks/pair/results/served/summary.json").read_text())
+    ok, lines = summarize.greedy_verdict(real)
+    assert ok, lines
+    assert "greedy: dflash: 5 of 32 identical; first differences all at near-ties" in "\n".join(lines)
+    assert lines[-1] == "greedy equality across modes: ok"
+
+    wide = copy.deepcopy(real)
+    wide["first_difference_gaps"]["ddtree-16"][3] = 0.4
+    ok, lines = summarize.greedy_verdict(wide)
+    assert not ok and lines[-1] == "greedy equality across modes: FAIL"
+    want = "greedy: ddtree-16: 7 of 32 identical; first differences 1 at a gap above 0.25 (a bug): [0.4]"
+    assert want in lines
+
+    unjudged = {k: v for k, v in real.items() if k != "first_difference_gaps"}
+    ok, lines = summarize.greedy_verdict(unjudged)
+    assert not ok and any("run summarize with --pair" in line for line in lines)
+    assert "greedy: none: identical to no speculation in 32 of 32 requests" in lines
