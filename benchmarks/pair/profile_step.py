@@ -1,11 +1,14 @@
 """Where one served decode step's time goes: none vs DFLASH vs DDTREE on the trained pair (GPU device).
 
     python -m benchmarks.pair.profile_step --pair DIR --out OUT [--modes none,dflash,ddtree-16] [--steps 30]
+                                           [--contexts 256,4096]
     python -m benchmarks.pair.profile_step --analyze TRACE.json.gz [--mode dflash]     # anywhere
 
-For each mode: one server (serve_bench's settings), a warm-up request, then SGLang's own torch profiler
-(POST /start_profile, CPU + GPU activities, `--steps` scheduler steps) over one greedy request at
-concurrency 1; the trace lands in OUT/MODE/. The analysis splits the profiled window into:
+For each mode: one server (serve_bench's settings, graphs for bs 1-4 only); per context (default 256 and
+4096, past the drafter's 2048-token window, where the served DFLASH step more than doubled) a warm-up
+request, then SGLang's own torch profiler (POST /start_profile, CPU + GPU activities, `--steps` scheduler
+steps) over one greedy request at concurrency 1; the trace lands in OUT/MODE/ctxN/. The analysis starts at
+the first decode or verify forward (the prefill is left out) and splits the window into:
   - drafter forward / target forward: GPU time of the kernels launched inside SGLang's per-forward spans
     (`step[MODE bs=N]`, model_runner.py; kernels are matched to their launch by CUPTI's correlation id, CUDA
     graph replays included). In a speculative step the drafter's forward comes first, then the target's
@@ -59,6 +62,10 @@ def analyze(trace: dict[str, Any], mode: str) -> dict[str, Any]:
     spans = sorted(
         (e for e in events if STEP_SPAN.match(str(e.get("name", "")))), key=lambda e: float(e["ts"])
     )
+    # The window starts at the first decode or verify forward: the prompt's prefill is not a decode step.
+    decode_start = min(
+        (float(s["ts"]) for s in spans if STEP_SPAN.match(s["name"]).group("mode") != "EXTEND"), default=None
+    )
     runtime = [e for e in events if e.get("cat") == "cuda_runtime" and "correlation" in (e.get("args") or {})]
     gpu = [e for e in events if e.get("cat") in GPU_CATS]
     # which forward span launched each runtime call (same thread, inside the span's interval)
@@ -83,9 +90,11 @@ def analyze(trace: dict[str, Any], mode: str) -> dict[str, Any]:
     intervals = []
     for kernel in gpu:
         begin, dur = float(kernel["ts"]), float(kernel.get("dur", 0))
-        intervals.append((begin, begin + dur))
         correlation = (kernel.get("args") or {}).get("correlation")
         role = owner_of_correlation.get(int(correlation)) if correlation is not None else None
+        if role == "extend forward" or (decode_start is not None and begin < decode_start):
+            continue
+        intervals.append((begin, begin + dur))
         if role is None:
             if DDTREE_KERNEL.search(str(kernel.get("name", ""))):
                 role = "DDTree kernels"
@@ -128,8 +137,19 @@ def _wait_for_trace(folder: Path, timeout_s: float) -> None:
         time.sleep(2.0)
 
 
-def profile_mode(mode: str, pair: Path, out: Path, steps: int, new_tokens: int) -> dict[str, Any]:
-    """Start the mode's server, profile `steps` scheduler steps of one greedy request, analyze the trace."""
+def prompt_of(prompts: list[list[int]], length: int) -> list[int]:
+    """A prompt of `length` tokens: the held-out eval prompts one after another, cut to length."""
+    ids: list[int] = []
+    while len(ids) < length:
+        ids += prompts[len(ids) // max(1, len(prompts[0])) % len(prompts)]
+    return ids[:length]
+
+
+def profile_mode(
+    mode: str, pair: Path, out: Path, steps: int, new_tokens: int, contexts: list[int]
+) -> list[dict[str, Any]]:
+    """Start the mode's server; per context, profile `steps` scheduler steps of one greedy request (after a
+    warm-up request of the same length) and analyze the trace. One result per context."""
     from ddtree import smoke_server
 
     from benchmarks.pair import serve_bench
@@ -143,22 +163,32 @@ def profile_mode(mode: str, pair: Path, out: Path, steps: int, new_tokens: int) 
     folder.mkdir(parents=True, exist_ok=True)
     args = smoke_server.mode_args(kind, pair / "drafter", settings)
     server = smoke_server.Server(pair / "target", args, folder / "server.log", settings)
-    prompt = json.loads((pair / "eval_prompts.json").read_text())["prompts"][0]
+    prompts = json.loads((pair / "eval_prompts.json").read_text())["prompts"]
     params = {"max_new_tokens": new_tokens, "temperature": 0.0, "ignore_eos": True}
+    results = []
     try:
         server.wait_ready()
-        server.client.post_json("/generate", {"input_ids": prompt, "sampling_params": params})  # warm-up
-        body = {"output_dir": str(folder), "num_steps": steps, "activities": ["CPU", "GPU"],
-                "with_stack": False, "record_shapes": False}  # fmt: skip
-        server.client.post_json("/start_profile", body)
-        server.client.post_json("/generate", {"input_ids": prompt, "sampling_params": params})
-        _wait_for_trace(folder, timeout_s=120.0)
+        for context in contexts:
+            where = folder / f"ctx{context}"
+            where.mkdir(exist_ok=True)
+            prompt = prompt_of(prompts, context)
+            server.client.post_json("/generate", {"input_ids": prompt, "sampling_params": params})  # warm-up
+            body = {"output_dir": str(where), "num_steps": steps, "activities": ["CPU", "GPU"],
+                    "with_stack": False, "record_shapes": False}  # fmt: skip
+            server.client.post_json("/start_profile", body)
+            server.client.post_json("/generate", {"input_ids": prompt, "sampling_params": params})
+            _wait_for_trace(where, timeout_s=120.0)
+            traces = sorted(where.glob("*.trace.json.gz"))
+            label = f"{mode} ctx {context}"
+            if traces:
+                results.append(analyze(load_trace(traces[-1]), label))
+            else:
+                results.append(
+                    {"mode": label, "steps": 0, "per_step_us": {}, "error": f"no trace in {where}"}
+                )
     finally:
         server.stop()
-    traces = sorted(folder.glob("*.trace.json.gz"))
-    if not traces:
-        return {"mode": mode, "steps": 0, "per_step_us": {}, "error": f"no trace in {folder}"}
-    return analyze(load_trace(traces[-1]), mode)
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default="none,dflash,ddtree-16")
     ap.add_argument("--steps", type=int, default=30, help="scheduler steps the profiler records")
     ap.add_argument("--new-tokens", type=int, default=256)
+    ap.add_argument(
+        "--contexts", default="256,4096", help="prompt lengths to profile (4096: past the window)"
+    )
     ap.add_argument("--analyze", type=Path, help="only analyze this trace file")
     ap.add_argument("--mode", default="ddtree", help="with --analyze: none, dflash or ddtree")
     args = ap.parse_args(argv)
@@ -176,8 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         if args.pair is None or args.out is None:
             ap.error("--pair and --out are needed (or --analyze TRACE)")
+        contexts = [int(c) for c in args.contexts.split(",")]
         results = [
-            profile_mode(m, args.pair, args.out, args.steps, args.new_tokens) for m in args.modes.split(",")
+            result
+            for m in args.modes.split(",")
+            for result in profile_mode(m, args.pair, args.out, args.steps, args.new_tokens, contexts)
         ]
         (args.out / "profile.json").write_text(json.dumps(results, indent=1) + "\n")
     print(table(results))

@@ -147,6 +147,22 @@ def greedy_verdict(summary: dict[str, Any]) -> tuple[bool, list[str]]:
     return ok, lines
 
 
+def step_times(cell: dict[str, Any]) -> tuple[float | None, float | None]:
+    """(median ms per server step over the cell's rounds, their spread): the time two runs of the cell
+    should agree on. A round's tok/s also carries its prompts' acceptance; its time per step does not.
+    None for rounds recorded before `ddtree bench` kept decode spans and steps."""
+    per_round = sorted(
+        1000.0 * rd["decode_s"] / rd["decode_steps"]
+        for rd in cell.get("rounds") or []
+        if rd.get("decode_s") and rd.get("decode_steps")
+    )
+    if not per_round:
+        return None, None
+    middle = len(per_round) // 2
+    median = per_round[middle] if len(per_round) % 2 else (per_round[middle - 1] + per_round[middle]) / 2
+    return median, (per_round[-1] - per_round[0]) / median
+
+
 def bench_rows(runs: Path, modes: list[str]) -> list[dict[str, Any]]:
     """One row per (temperature, context, concurrency, mode) with medians, spread and ratios."""
     rows = []
@@ -160,13 +176,14 @@ def bench_rows(runs: Path, modes: list[str]) -> list[dict[str, Any]]:
             for (ctx, conc), cell in sorted(run.cells.items()):
                 agg = (cell.get("metrics") or {}).get("aggregate_tok_s") or {}
                 spread = (agg["max"] - agg["min"]) / agg["median"] if agg.get("median") else None
+                step_ms, step_spread = step_times(cell)
                 row = {
                     "temperature": temperature, "context": ctx, "concurrency": conc, "mode": mode,
                     "per_request_tok_s": cell_median(cell, "per_request_tok_s"),
                     "aggregate_tok_s": cell_median(cell, "aggregate_tok_s"),
                     "ttft_s": cell_median(cell, "ttft_s"),
                     "accept_length": accept_value(cell) if mode != "none" else None,
-                    "aggregate_spread": spread,
+                    "aggregate_spread": spread, "step_ms": step_ms, "step_spread": step_spread,
                 }  # fmt: skip
                 by_key[(temperature, ctx, conc, mode)] = row
                 rows.append(row)
@@ -183,6 +200,10 @@ def bench_rows(runs: Path, modes: list[str]) -> list[dict[str, Any]]:
 
 def _f(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
 
 
 def markdown(summary: dict[str, Any]) -> str:
@@ -211,9 +232,16 @@ def markdown(summary: dict[str, Any]) -> str:
             lines.append(f"- {mode}: {small} of {len(values)} at most {NEAR_TIE} ({shown})")
     lines += ["", "## Served speed (medians; ratio: DFLASH over none, DDTREE over DFLASH)", ""]
     lines += [
+        "Round spread: (max - min) / median of the rounds' aggregate tok/s; every round has other prompts,",
+        "so for a speculative mode it also carries their acceptance. ms per step: a round's decode span over",
+        "the server steps of its longest request (verify passes, or tokens - 1 without speculation); its",
+        "spread is what two runs of the same cell (the same prompts) can differ by.",
+        "",
+    ]
+    lines += [
         "| T | context | conc | mode | tok/s per request | aggregate tok/s | TTFT s | accept | "
-        "ratio per request | ratio aggregate | round spread |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "ratio per request | ratio aggregate | round spread | ms per step | step spread |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in summary["bench"]:
         lines.append(
@@ -221,7 +249,7 @@ def markdown(summary: dict[str, Any]) -> str:
             f"{_f(r['per_request_tok_s'])} | {_f(r['aggregate_tok_s'])} | {_f(r['ttft_s'], 3)} | "
             f"{_f(r['accept_length'], 2)} | {_f(r.get('per_request_ratio'), 2)} | "
             f"{_f(r.get('aggregate_ratio'), 2)} | "
-            f"{_f(None if r['aggregate_spread'] is None else 100 * r['aggregate_spread'])}% |"
+            f"{_pct(r['aggregate_spread'])} | {_f(r.get('step_ms'), 2)} | {_pct(r.get('step_spread'))} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -11,8 +11,9 @@
 #          ratios); exit 1 when a mode's greedy outputs differ from no speculation other than at a near-tie
 #          (the target's top-1 minus top-2 logit at most 0.25 where they first differ: bf16 noise).
 #   profile: benchmarks.pair.profile_step: SGLang's torch profiler over one greedy request per mode
-#          (PROFILE_MODES, default none,dflash,ddtree-16); per decode step: drafter forward, target forward,
-#          DDTree kernels, other kernels and copies, idle GPU ($RUNS/profile/profile.json). Not yet run on a GPU.
+#          (PROFILE_MODES, default none,dflash,ddtree-16) and context (PROFILE_CONTEXTS, default 256,4096);
+#          per decode step: drafter forward, target forward, DDTree kernels, other kernels and copies, idle
+#          GPU ($RUNS/profile/profile.json). Not yet run on a GPU.
 #   pack:  tar $RUNS (without server logs' bulk) into $OUT/runs.tar for the trip back.
 # usage (device, repo root): OUT=/some/dir PAIR=/tmp/pair RUNS=/tmp/runs bash tests/gpu/device_pair.sh STEP...
 set -u
@@ -38,7 +39,7 @@ for step in "$@"; do
       src=$? ;;
     profile)
       python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/profile" \
-        --modes "${PROFILE_MODES:-none,dflash,ddtree-16}"
+        --modes "${PROFILE_MODES:-none,dflash,ddtree-16}" --contexts "${PROFILE_CONTEXTS:-256,4096}"
       src=$? ;;
     pack)
       tar -C "$RUNS" -cf "$OUT/runs.tar" . && ls -la "$OUT/runs.tar"

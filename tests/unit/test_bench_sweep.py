@@ -109,6 +109,31 @@ def test_aggregate_reflects_real_concurrency(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("speculative", [True, False])
+def test_rounds_record_the_decode_span_and_server_steps(tmp_path: Path, speculative: bool) -> None:
+    """A round's decode span and steps (verify passes of its longest request, or tokens - 1 without
+    speculation): the double sends 20 chunks of 2 tokens; the span is checked against its real send times."""
+    out = tmp_path / "run"
+    config = DoubleConfig(ttft_s=0.01, chunk_interval_s=0.005, tokens_per_chunk=2,
+                          speculative_algorithm="DFLASH" if speculative else None)  # fmt: skip
+    argv = sweep_argv("", out, "--no-plots")
+    argv[argv.index("--contexts") + 1] = "60"
+    argv[argv.index("--max-tokens") + 1] = "40"
+    with serve(config) as (url, server):
+        argv[2] = url
+        assert main(argv) == 0
+        sent = [record["sent"] for record in server.emissions if len(record["sent"]) == 20]
+    cells = {c["concurrency"]: c for c in json.loads((out / "results.json").read_text())["cells"]}
+    for cell in cells.values():
+        for rd in cell["rounds"]:
+            assert rd["decode_steps"] == (20 if speculative else 39), rd
+            assert 0 < rd["decode_s"] <= rd["wall_s"]
+    # one request a round: its span is its first-to-last chunk time as the double sent them (+ delivery)
+    spans = sorted(s[-1] - s[0] for s in sent)
+    for rd in cells[1]["rounds"]:
+        assert any(abs(rd["decode_s"] - span) < 0.02 for span in spans), (rd["decode_s"], spans)
+
+
 def test_interrupted_run_keeps_finished_cells_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "run"
     config = DoubleConfig(ttft_s=0.01, chunk_interval_s=0.005)

@@ -289,12 +289,31 @@ def test_serve_bench_and_summary_against_the_sglang_test_double(tmp_path: Path, 
     ratios = [r for r in summary["bench"] if r["mode"] == "dflash"]
     assert all(r["ratio_vs"] == "none" and r["per_request_ratio"] > 0 for r in ratios)
     assert "| dflash | 2/2 |" in (runs / "summary.md").read_text()
+    assert all(r["step_ms"] > 0 and r["step_spread"] is not None for r in summary["bench"])
+    assert "| ms per step | step spread |" in (runs / "summary.md").read_text()
+
+
+def test_step_times_are_the_rounds_decode_span_per_step() -> None:
+    """Median ms per step over a cell's rounds and their spread; rounds from before `ddtree bench` kept
+    decode spans (the committed 2026-12-01 results) give None, not zero."""
+    from benchmarks.pair.summarize import step_times
+
+    rounds = [{"decode_s": 0.66, "decode_steps": 100}, {"decode_s": 1.0, "decode_steps": 150},
+              {"decode_s": 0.7, "decode_steps": 100}]  # fmt: skip
+    median, spread = step_times({"rounds": rounds})
+    assert median == pytest.approx(6.6667, rel=1e-4)
+    assert spread == pytest.approx((7.0 - 6.6) / 6.6667, rel=1e-4)
+    assert step_times({"rounds": rounds[:2]}) == (
+        pytest.approx(6.6333, rel=1e-4),
+        pytest.approx(0.0101, rel=0.01),
+    )
+    assert step_times({"rounds": [{"wall_s": 1.0, "aggregate_tok_s": 256.0}]}) == (None, None)
 
 
 def test_profile_analysis_splits_a_step_into_drafter_target_ddtree_and_idle() -> None:
     """A synthetic Chrome trace of two speculative steps (torch.profiler's format: CPU spans, runtime calls
     and GPU kernels tied by correlation ids), since a real trace needs SGLang on a GPU."""
-    from benchmarks.pair.profile_step import analyze, table
+    from benchmarks.pair.profile_step import analyze, prompt_of, table
 
     events: list[dict] = []
 
@@ -307,6 +326,9 @@ def test_profile_analysis_splits_a_step_into_drafter_target_ddtree_and_idle() ->
         events.append({"ph": "X", "cat": cat, "name": kernel, "ts": k_ts, "dur": k_dur, "tid": 7,
                        "args": {"correlation": corr}})  # fmt: skip
 
+    span("step[EXTEND bs=1 toks=4096]", -900.0, 100)  # the prompt's prefill: not a decode step
+    launch(99, -890.0, "prefill_gemm", -880.0, 700)
+    launch(98, -150.0, "Memcpy HtoD", -140.0, 20, cat="gpu_memcpy")  # between prefill and the first step
     for step, base in enumerate((0.0, 1000.0)):
         corr = 10 * step
         span("step[TARGET_VERIFY bs=1]", base, 100)  # the drafter's forward comes first
@@ -318,16 +340,19 @@ def test_profile_analysis_splits_a_step_into_drafter_target_ddtree_and_idle() ->
         launch(corr + 5, base + 250, "argmax_kernel", base + 255, 5)
     result = analyze({"traceEvents": events}, "ddtree")
     per_step = result["per_step_us"]
-    assert result["steps"] == 2 and result["forward_spans"] == 4
+    assert result["steps"] == 2 and result["forward_spans"] == 5
+    assert "extend forward" not in per_step
     assert per_step["drafter forward"] == 30 and per_step["target forward"] == 60
     assert per_step["DDTree kernels"] == 5 and per_step["copies outside forwards"] == 10
     assert per_step["other kernels outside forwards"] == 5
     # window 20 .. 1260 = 1240 us, busy 2 x 110 = 220 us -> idle (1240 - 220) / 2 per step
     assert per_step["wall"] == 620 and per_step["idle GPU"] == 510
     assert "| drafter forward | 30.0 |" in table([result])
-    plain = analyze({"traceEvents": [dict(e, name="step[DECODE bs=1]") if "step[" in e["name"] else e
+    plain = analyze({"traceEvents": [dict(e, name="step[DECODE bs=1]") if "VERIFY" in e["name"] else e
                                      for e in events]}, "none")  # fmt: skip
     assert plain["per_step_us"]["target forward"] == 45 and plain["steps"] == 4
+    assert prompt_of([[1, 2, 3], [4, 5, 6]], 8) == [1, 2, 3, 4, 5, 6, 1, 2]
+    assert prompt_of([[1, 2, 3], [4, 5, 6]], 2) == [1, 2]
 
 
 def test_greedy_verdict_passes_near_ties_and_fails_a_wide_gap_or_an_unjudged_difference() -> None:

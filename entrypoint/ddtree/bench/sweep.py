@@ -170,11 +170,24 @@ def cell_metrics(results: list[tuple[int, RequestResult]], rounds: list[dict[str
 
 
 def round_record(index: int, results: list[RequestResult]) -> dict[str, Any]:
+    """One measured round. Besides the throughput: the decode span (first token of the first request to the
+    last token of the last) and the server steps in it, so a round's time per step can be compared across
+    rounds whose prompts differ (a speculative mode's tok/s varies with each prompt's acceptance; its step
+    time should not)."""
     good = [r for r in results if r.ok]
     starts = [r.start for r in results]
     ends = [r.last_token_at or r.end for r in good]
     wall = (max(ends) - min(starts)) if good else None
     tokens = sum(r.output_tokens for r in good)
+    firsts = [r.first_token_at for r in good if r.first_token_at is not None]
+    lasts = [r.last_token_at for r in good if r.last_token_at is not None]
+    verify = [r.verify_ct for r in good if r.verify_ct]
+    # Steps after the first token: verify passes of the longest request (speculative), else its tokens - 1.
+    steps = (
+        max(verify)
+        if verify and len(verify) == len(good)
+        else max((r.output_tokens - 1 for r in good), default=0)
+    )
     return {
         "round": index,
         "requests": len(results),
@@ -182,6 +195,8 @@ def round_record(index: int, results: list[RequestResult]) -> dict[str, Any]:
         "output_tokens": tokens,
         "wall_s": wall,
         "aggregate_tok_s": tokens / wall if wall else None,
+        "decode_s": (max(lasts) - min(firsts)) if firsts and lasts else None,
+        "decode_steps": steps or None,
     }
 
 
