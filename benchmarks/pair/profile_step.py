@@ -38,6 +38,7 @@ DDTREE_KERNEL = re.compile(
 )
 STEP_SPAN = re.compile(r"^step\[(?P<mode>[A-Z_]+) bs=(?P<bs>\d+)")
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
 
 
 def load_trace(path: Path) -> dict[str, Any]:
@@ -66,7 +67,8 @@ def analyze(trace: dict[str, Any], mode: str) -> dict[str, Any]:
     decode_start = min(
         (float(s["ts"]) for s in spans if STEP_SPAN.match(s["name"]).group("mode") != "EXTEND"), default=None
     )
-    runtime = [e for e in events if e.get("cat") == "cuda_runtime" and "correlation" in (e.get("args") or {})]
+    # Launches: CUDA runtime calls (graph replays, torch kernels) and driver calls (Triton: cuLaunchKernel).
+    runtime = [e for e in events if e.get("cat") in LAUNCH_CATS and "correlation" in (e.get("args") or {})]
     gpu = [e for e in events if e.get("cat") in GPU_CATS]
     # which forward span launched each runtime call (same thread, inside the span's interval)
     owner_of_correlation: dict[int, str] = {}

@@ -320,8 +320,9 @@ def test_profile_analysis_splits_a_step_into_drafter_target_ddtree_and_idle() ->
     def span(name: str, ts: float, dur: float) -> None:
         events.append({"ph": "X", "cat": "user_annotation", "name": name, "ts": ts, "dur": dur, "tid": 1})
 
-    def launch(corr: int, ts: float, kernel: str, k_ts: float, k_dur: float, cat: str = "kernel") -> None:
-        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": ts, "dur": 2,
+    def launch(corr: int, ts: float, kernel: str, k_ts: float, k_dur: float, cat: str = "kernel",
+               api: str = "cuda_runtime") -> None:  # fmt: skip
+        events.append({"ph": "X", "cat": api, "name": "cudaGraphLaunch", "ts": ts, "dur": 2,
                        "tid": 1, "args": {"correlation": corr}})  # fmt: skip
         events.append({"ph": "X", "cat": cat, "name": kernel, "ts": k_ts, "dur": k_dur, "tid": 7,
                        "args": {"correlation": corr}})  # fmt: skip
@@ -332,7 +333,7 @@ def test_profile_analysis_splits_a_step_into_drafter_target_ddtree_and_idle() ->
     for step, base in enumerate((0.0, 1000.0)):
         corr = 10 * step
         span("step[TARGET_VERIFY bs=1]", base, 100)  # the drafter's forward comes first
-        launch(corr + 1, base + 10, "extend_attention", base + 20, 30)
+        launch(corr + 1, base + 10, "extend_attention", base + 20, 30, api="cuda_driver")  # a Triton launch
         span("step[TARGET_VERIFY bs=1]", base + 110, 100)  # then the target's verify
         launch(corr + 2, base + 120, "nvjet_gemm", base + 130, 60)
         launch(corr + 3, base + 215, "_score_kernel_0d1d", base + 220, 5)
