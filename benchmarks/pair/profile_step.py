@@ -60,9 +60,9 @@ def _union(intervals: list[tuple[float, float]]) -> float:
 def analyze(trace: dict[str, Any], mode: str) -> dict[str, Any]:
     """Per-step split of GPU time (microseconds) for one mode's trace (see the module docstring)."""
     events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
-    spans = sorted(
-        (e for e in events if STEP_SPAN.match(str(e.get("name", "")))), key=lambda e: float(e["ts"])
-    )
+    # The host side of each forward span; torch also draws it on the GPU's row (gpu_user_annotation).
+    host = [e for e in events if e.get("cat") != "gpu_user_annotation"]
+    spans = sorted((e for e in host if STEP_SPAN.match(str(e.get("name", "")))), key=lambda e: float(e["ts"]))
     # The window starts at the first decode or verify forward: the prompt's prefill is not a decode step.
     decode_start = min(
         (float(s["ts"]) for s in spans if STEP_SPAN.match(s["name"]).group("mode") != "EXTEND"), default=None

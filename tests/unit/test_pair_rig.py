@@ -319,6 +319,9 @@ def test_profile_analysis_splits_a_step_into_drafter_target_ddtree_and_idle() ->
 
     def span(name: str, ts: float, dur: float) -> None:
         events.append({"ph": "X", "cat": "user_annotation", "name": name, "ts": ts, "dur": dur, "tid": 1})
+        # torch draws the same span on the GPU's row too
+        events.append({"ph": "X", "cat": "gpu_user_annotation", "name": name, "ts": ts + 10, "dur": dur,
+                       "tid": 7})  # fmt: skip
 
     def launch(corr: int, ts: float, kernel: str, k_ts: float, k_dur: float, cat: str = "kernel",
                api: str = "cuda_runtime") -> None:  # fmt: skip
