@@ -14,7 +14,8 @@
 #          (PROFILE_MODES, default none,dflash,ddtree-16) and context (PROFILE_CONTEXTS, default 256,4096);
 #          per decode step: drafter forward, target forward, DDTree kernels, other kernels and copies, idle
 #          GPU ($RUNS/profile/profile.json). Not yet run on a GPU.
-#   pack:  tar $RUNS (without server logs' bulk) into $OUT/runs.tar for the trip back.
+#   pack:  $RUNS without the profiler traces into $OUT/runs.tar.gz, and up to 7 traces under 16 MiB into
+#          $OUT/traces/ (a call brings back at most 8 files of 16 MiB).
 # usage (device, repo root): OUT=/some/dir PAIR=/tmp/pair RUNS=/tmp/runs bash tests/gpu/device_pair.sh STEP...
 set -u
 export PYTHONPATH=$PWD/entrypoint:$PWD:/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -42,8 +43,17 @@ for step in "$@"; do
         --modes "${PROFILE_MODES:-none,dflash,ddtree-16}" --contexts "${PROFILE_CONTEXTS:-256,4096}"
       src=$? ;;
     pack)
-      tar -C "$RUNS" -cf "$OUT/runs.tar" . && ls -la "$OUT/runs.tar"
-      src=$? ;;
+      # One call brings back at most 8 files of 16 MiB: the results without traces in one gzip'd tar, then
+      # the profiler traces one by one (the largest left out, and said so).
+      tar -C "$RUNS" --exclude='*.trace.json.gz' -czf "$OUT/runs.tar.gz" . && ls -la "$OUT/runs.tar.gz"
+      src=$?
+      mkdir -p "$OUT/traces"
+      find "$RUNS" -name '*.trace.json.gz' -size -16777216c | sort | head -7 | while read -r trace; do
+        rel=${trace#"$RUNS"/}
+        cp "$trace" "$OUT/traces/${rel//\//_}"
+      done
+      find "$RUNS" -name '*.trace.json.gz' -size +16777215c -printf 'left out (over 16 MiB): %p %s bytes\n'
+      ls -la "$OUT/traces" ;;
     *) echo "unknown step $step (train, serve, summary, profile, pack)"; exit 2 ;;
   esac
   echo "== $step: exit $src after $((SECONDS - t)) s"
