@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: help venv engine base-image image render render-check test test-unit test-docker test-slow test-full \
-        test-gpu lint lock dev-lock router-lock patches-check selfcheck bench clean
+        test-gpu lint lock dev-lock router-lock patches-check selfcheck clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -50,7 +50,7 @@ test: engine ## unit + docker tiers (CI runs this, then test-slow); sets up the 
 	@$(BIN)/python -m tests.run -m "(unit or docker) and not slow and not gpu" $(PYTEST_ARGS)
 
 test-unit: venv ## unit tier only, no engine
-	@$(BIN)/python -m tests.run -m "unit and not slow"
+	@$(BIN)/python -m tests.run -m "unit and not slow" $(PYTEST_ARGS)
 
 test-docker: engine ## docker tier only (real engine, registry-free base image)
 	@$(BIN)/ddtree-build base-image --quiet
@@ -64,7 +64,7 @@ test-full: engine ## everything but GPU, full-size image included
 	@$(BIN)/python -m tests.run -m "not gpu" $(PYTEST_ARGS)
 
 test-gpu: venv ## GPU tier (needs CUDA; skipped without it)
-	@$(BIN)/python -m tests.run -m gpu
+	@$(BIN)/python -m tests.run -m gpu $(PYTEST_ARGS)
 
 lint: venv ## ruff, clean
 	@$(BIN)/ruff check . && $(BIN)/ruff format --check .
