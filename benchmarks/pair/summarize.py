@@ -18,6 +18,7 @@ from typing import Any
 
 from ddtree.bench.compare import load_json, run_from
 from ddtree.bench.report import accept_value, cell_median
+from ddtree.bench.stats import describe
 from ddtree.fsutil import atomic_write
 
 from benchmarks.pair.serve_bench import BLOCK, MODES, TOPK
@@ -147,20 +148,21 @@ def greedy_verdict(summary: dict[str, Any]) -> tuple[bool, list[str]]:
     return ok, lines
 
 
+def spread(stats: dict[str, Any] | None) -> float | None:
+    """(max - min) / median of a `describe` summary; None without one."""
+    return (stats["max"] - stats["min"]) / stats["median"] if stats and stats.get("median") else None
+
+
 def step_times(cell: dict[str, Any]) -> tuple[float | None, float | None]:
     """(median ms per server step over the cell's rounds, their spread): the time two runs of the cell
     should agree on. A round's tok/s also carries its prompts' acceptance; its time per step does not.
     None for rounds recorded before `ddtree bench` kept decode spans and steps."""
-    per_round = sorted(
+    steps = describe(
         1000.0 * rd["decode_s"] / rd["decode_steps"]
         for rd in cell.get("rounds") or []
         if rd.get("decode_s") and rd.get("decode_steps")
     )
-    if not per_round:
-        return None, None
-    middle = len(per_round) // 2
-    median = per_round[middle] if len(per_round) % 2 else (per_round[middle - 1] + per_round[middle]) / 2
-    return median, (per_round[-1] - per_round[0]) / median
+    return (steps["median"], spread(steps)) if steps else (None, None)
 
 
 def bench_rows(runs: Path, modes: list[str]) -> list[dict[str, Any]]:
@@ -174,8 +176,6 @@ def bench_rows(runs: Path, modes: list[str]) -> list[dict[str, Any]]:
             temperature = float(folder.name.removeprefix("bench-t"))
             run = run_from(load_json(folder))
             for (ctx, conc), cell in sorted(run.cells.items()):
-                agg = (cell.get("metrics") or {}).get("aggregate_tok_s") or {}
-                spread = (agg["max"] - agg["min"]) / agg["median"] if agg.get("median") else None
                 step_ms, step_spread = step_times(cell)
                 row = {
                     "temperature": temperature, "context": ctx, "concurrency": conc, "mode": mode,
@@ -183,7 +183,8 @@ def bench_rows(runs: Path, modes: list[str]) -> list[dict[str, Any]]:
                     "aggregate_tok_s": cell_median(cell, "aggregate_tok_s"),
                     "ttft_s": cell_median(cell, "ttft_s"),
                     "accept_length": accept_value(cell) if mode != "none" else None,
-                    "aggregate_spread": spread, "step_ms": step_ms, "step_spread": step_spread,
+                    "aggregate_spread": spread((cell.get("metrics") or {}).get("aggregate_tok_s")),
+                    "step_ms": step_ms, "step_spread": step_spread,
                 }  # fmt: skip
                 by_key[(temperature, ctx, conc, mode)] = row
                 rows.append(row)

@@ -45,6 +45,15 @@ nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader
 python3 -m ddtree.patchset apply --root /tmp/site --series patches/series.yaml || exit 1
 python3 -m ddtree.patchset verify --root /tmp/site --series patches/series.yaml || exit 1
 rc=0
+# run_step NAME CMD...: run one mode's command, fold its exit code into rc, say how it ended and how long it took.
+run_step() {
+  local name=$1 t=$SECONDS src
+  shift
+  "$@"
+  src=$?
+  rc=$((rc | src))
+  echo "$name: exit $src after $((SECONDS - t)) s"
+}
 if [ "$what" = all ] || [ "$what" = pytest ]; then
   t=$SECONDS
   python3 -m pytest -q -p no:cacheprovider tests/gpu/test_ddtree_triton_mask.py 2>&1 | tail -15
@@ -52,43 +61,25 @@ if [ "$what" = all ] || [ "$what" = pytest ]; then
   echo "triton mask tests: $((SECONDS - t)) s"
 fi
 if [ "$what" = all ] || [ "$what" = smoke ]; then
-  t=$SECONDS
-  DDTREE_TARGET=${DDTREE_TARGET:-pro6000} DDTREE_SMOKE_LOGS=$OUT python3 -m ddtree.cli selfcheck --smoke --json --smoke-tp "${SMOKE_TP:-1}"
-  src=$?
-  rc=$((rc | src))
-  echo "smoke: exit $src after $((SECONDS - t)) s"
+  run_step smoke env DDTREE_TARGET="${DDTREE_TARGET:-pro6000}" DDTREE_SMOKE_LOGS="$OUT" \
+    python3 -m ddtree.cli selfcheck --smoke --json --smoke-tp "${SMOKE_TP:-1}"
   grep -hE "Traceback|Error|DDTREE|DFLASH draft runner|Capture cuda graph" "$OUT"/server-*.log 2>/dev/null | sort | uniq -c | head -20
 fi
 if [ "$what" = all ] || [ "$what" = live ]; then
-  t=$SECONDS
-  python3 tests/gpu/live_tiny.py --out "$OUT/live"
-  lrc=$?
-  rc=$((rc | lrc))
-  echo "live: exit $lrc after $((SECONDS - t)) s"
+  run_step live python3 tests/gpu/live_tiny.py --out "$OUT/live"
   grep -hE "Traceback|Error|DDTREE|DFLASH draft runner|Capture cuda graph" "$OUT"/live/server-live-*.log 2>/dev/null | sort | uniq -c | head -20
 fi
 if [ "$what" = warm ]; then
-  t=$SECONDS
-  python3 tests/gpu/warm_start.py --out "$OUT/warm"
-  wrc=$?
-  rc=$((rc | wrc))
-  echo "warm: exit $wrc after $((SECONDS - t)) s"
+  run_step warm python3 tests/gpu/warm_start.py --out "$OUT/warm"
 fi
 if [ "$what" = stress ]; then
-  t=$SECONDS
-  python3 tests/gpu/stress_ddtree.py --out "$OUT/stress" --tp "${STRESS_TP:-1}" ${STRESS_ARGS:-}
-  src=$?
-  rc=$((rc | src))
-  echo "stress: exit $src after $((SECONDS - t)) s"
+  # shellcheck disable=SC2086  # STRESS_ARGS is a list of flags
+  run_step stress python3 tests/gpu/stress_ddtree.py --out "$OUT/stress" --tp "${STRESS_TP:-1}" ${STRESS_ARGS:-}
   grep -hE "Traceback|Mem Leak|DFLASH draft OOM|#retracted_reqs|DDTREE" "$OUT"/stress/server-stress-*.log 2>/dev/null \
     | sed -E 's/[0-9]+/N/g' | sort | uniq -c | sort -rn | head -20
 fi
 if [ "$what" = steps ]; then
-  t=$SECONDS
-  python3 tests/gpu/ddtree_step_checks.py --out "$OUT"
-  src=$?
-  rc=$((rc | src))
-  echo "steps: exit $src after $((SECONDS - t)) s"
+  run_step steps python3 tests/gpu/ddtree_step_checks.py --out "$OUT"
 fi
 if [ "$what" = core ]; then
   t=$SECONDS

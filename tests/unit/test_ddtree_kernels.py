@@ -117,24 +117,27 @@ def kernel_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return package
 
 
+def run_script(
+    script: str, marker: str, package: Path, sglang_path: str, *, interpret: bool, timeout: float, args=()
+) -> dict:
+    """Run `script` in a fresh process beside the series' kernel package (in Triton's interpreter, or with
+    its real compiler) and return the JSON it printed after `marker`."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(package.parent), sglang_path])}
+    env.pop("TRITON_INTERPRET", None)
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True, text=True, env=env, timeout=timeout, cwd=package.parent,
+    )  # fmt: skip
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith(f"{marker} ")]
+    assert lines, f"{marker} printed nothing (rc {done.returncode}):\n{done.stderr[-3000:]}"
+    return json.loads(lines[-1].removeprefix(f"{marker} "))
+
+
 @pytest.fixture(scope="module")
 def kernel_results(kernel_package: Path, sglang_cpu_path: str) -> dict:  # noqa: F811
-    env = {
-        **os.environ,
-        "TRITON_INTERPRET": "1",
-        "PYTHONPATH": os.pathsep.join([str(kernel_package.parent), sglang_cpu_path]),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", CHECK],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        cwd=kernel_package.parent,
-    )
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("KERNEL-CHECK ")]
-    assert lines, f"kernel check printed nothing (rc {done.returncode}):\n{done.stderr[-3000:]}"
-    return json.loads(lines[-1].removeprefix("KERNEL-CHECK "))
+    return run_script(CHECK, "KERNEL-CHECK", kernel_package, sglang_cpu_path, interpret=True, timeout=600)
 
 
 CASES = ["kimi_vocab_k4", "short_last_tile", "one_tile", "k16_tp8_shard", "k_equals_vocab", "heavy_ties",
@@ -320,18 +323,8 @@ print("SAMPLING-CHECK " + json.dumps(result))
 @pytest.fixture(scope="module")
 def sampling_results(kernel_package: Path, sglang_cpu_path: str) -> dict:  # noqa: F811
     """The sampling kernels in Triton's interpreter against ddtree_utils' torch reference (one process)."""
-    env = {
-        **os.environ,
-        "TRITON_INTERPRET": "1",
-        "PYTHONPATH": os.pathsep.join([str(kernel_package.parent), sglang_cpu_path]),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", SAMPLING_CHECK],
-        capture_output=True, text=True, env=env, timeout=900, cwd=kernel_package.parent,
-    )  # fmt: skip
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("SAMPLING-CHECK ")]
-    assert lines, f"sampling check printed nothing (rc {done.returncode}):\n{done.stderr[-3000:]}"
-    return json.loads(lines[-1].removeprefix("SAMPLING-CHECK "))
+    return run_script(SAMPLING_CHECK, "SAMPLING-CHECK", kernel_package, sglang_cpu_path, interpret=True,
+                      timeout=900)  # fmt: skip
 
 
 CUTS = ["all_filters", "all_filters_renorm", "ties", "ties_renorm_bisection", "bisection",
@@ -487,15 +480,8 @@ def target_archs() -> list[str]:
 
 @pytest.fixture(scope="module")
 def compiled(kernel_package: Path, sglang_cpu_path: str) -> dict:  # noqa: F811
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(kernel_package.parent), sglang_cpu_path])}
-    env.pop("TRITON_INTERPRET", None)
-    done = subprocess.run(
-        [sys.executable, "-c", COMPILE, *target_archs()],
-        capture_output=True, text=True, env=env, timeout=900, cwd=kernel_package.parent,
-    )  # fmt: skip
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("KERNEL-COMPILE ")]
-    assert lines, f"kernel compile printed nothing (rc {done.returncode}):\n{done.stderr[-3000:]}"
-    return json.loads(lines[-1].removeprefix("KERNEL-COMPILE "))
+    return run_script(COMPILE, "KERNEL-COMPILE", kernel_package, sglang_cpu_path, interpret=False,
+                      timeout=900, args=target_archs())  # fmt: skip
 
 
 def test_target_archs_come_from_the_profiles() -> None:
