@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gzip
+import itertools
 import json
 import re
 import time
@@ -142,9 +143,11 @@ def _wait_for_trace(folder: Path, timeout_s: float) -> None:
 def prompt_of(prompts: list[list[int]], length: int) -> list[int]:
     """A prompt of `length` tokens: the held-out eval prompts one after another, cut to length."""
     ids: list[int] = []
-    while len(ids) < length:
-        ids += prompts[len(ids) // max(1, len(prompts[0])) % len(prompts)]
-    return ids[:length]
+    for prompt in itertools.cycle(prompts):
+        if len(ids) >= length:
+            return ids[:length]
+        ids += prompt
+    return ids  # no prompts at all
 
 
 def profile_mode(
