@@ -28,6 +28,7 @@ import gzip
 import itertools
 import json
 import re
+import statistics
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -38,6 +39,12 @@ DDTREE_KERNEL = re.compile(
     r"|_sample|_walk|_bonus"
 )
 STEP_SPAN = re.compile(r"^step\[(?P<mode>[A-Z_]+) bs=(?P<bs>\d+)")
+# Rows measured on the same server without the profiler (unprofiled_step_ms), after the profiled split.
+UNPROFILED_ROWS = (
+    ("unprofiled_step_ms", "step without profiler (ms)"),
+    ("tokens_per_step", "tokens per step"),
+    ("unprofiled_tok_s", "decode tok/s without profiler"),
+)
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
 
@@ -125,6 +132,9 @@ def table(results: list[dict[str, Any]]) -> str:
         cells = [str(r["per_step_us"].get(name, "-")) for r in results]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines.append("| steps profiled | " + " | ".join(str(r["steps"]) for r in results) + " |")
+    for key, name in UNPROFILED_ROWS:
+        if any(key in r for r in results):
+            lines.append(f"| {name} | " + " | ".join(str(r.get(key, "-")) for r in results) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -150,6 +160,34 @@ def prompt_of(prompts: list[list[int]], length: int) -> list[int]:
     return ids  # no prompts at all
 
 
+def unprofiled_step_ms(client, prompt: list[int], params: dict, rounds: int = 3) -> dict[str, Any]:
+    """The step time without the profiler, from the same server: (full request - one-token request) over
+    the full request's decode steps (verify passes; tokens - 1 without speculation), median of `rounds`."""
+
+    def timed(max_new_tokens: int) -> tuple[float, dict]:
+        start = time.perf_counter()
+        answer = client.post_json(
+            "/generate",
+            {"input_ids": prompt, "sampling_params": {**params, "max_new_tokens": max_new_tokens}},
+        )
+        return time.perf_counter() - start, answer.get("meta_info", {})
+
+    steps_ms, tokens_per_s, accept = [], [], []
+    for _ in range(rounds):
+        first, _ = timed(1)
+        full, meta = timed(int(params["max_new_tokens"]))
+        tokens = int(meta.get("completion_tokens") or params["max_new_tokens"])
+        steps = int(meta.get("spec_verify_ct") or 0) or max(1, tokens - 1)
+        steps_ms.append(1000.0 * (full - first) / steps)
+        tokens_per_s.append((tokens - 1) / max(1e-9, full - first))
+        accept.append(tokens / steps)
+    return {
+        "unprofiled_step_ms": round(statistics.median(steps_ms), 3),
+        "unprofiled_tok_s": round(statistics.median(tokens_per_s), 1),
+        "tokens_per_step": round(statistics.median(accept), 3),
+    }
+
+
 def profile_mode(
     mode: str, pair: Path, out: Path, steps: int, new_tokens: int, contexts: list[int]
 ) -> list[dict[str, Any]]:
@@ -159,7 +197,7 @@ def profile_mode(
 
     from benchmarks.pair import serve_bench
 
-    kind, settings = serve_bench.server_settings(mode)
+    kind, settings = serve_bench.server_settings(mode)  # MODE@upstream: SGLANG_DFLASH_FAST_STEP=0
     # Only bs 1 is profiled: capture few graph sizes, so each server is ready sooner than serve_bench's.
     settings = dataclasses.replace(
         settings, extra_server_args=("--cuda-graph-bs", "1", "2", "4", "--mem-fraction-static", "0.3")
@@ -167,7 +205,8 @@ def profile_mode(
     folder = (out / mode).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     args = smoke_server.mode_args(kind, pair / "drafter", settings)
-    server = smoke_server.Server(pair / "target", args, folder / "server.log", settings)
+    with serve_bench.step_environment(mode):
+        server = smoke_server.Server(pair / "target", args, folder / "server.log", settings)
     prompts = json.loads((pair / "eval_prompts.json").read_text())["prompts"]
     params = {"max_new_tokens": new_tokens, "temperature": 0.0, "ignore_eos": True}
     results = []
@@ -178,19 +217,22 @@ def profile_mode(
             where.mkdir(exist_ok=True)
             prompt = prompt_of(prompts, context)
             server.client.post_json("/generate", {"input_ids": prompt, "sampling_params": params})  # warm-up
+            unprofiled = unprofiled_step_ms(server.client, prompt, params)
             body = {"output_dir": str(where), "num_steps": steps, "activities": ["CPU", "GPU"],
                     "with_stack": False, "record_shapes": False}  # fmt: skip
-            server.client.post_json("/start_profile", body)
+            # SGLang answers /start_profile with plain text, not JSON.
+            status, answer = server.client.post_text("/start_profile", body, 120.0)
+            if status != 200:
+                raise RuntimeError(f"POST /start_profile -> HTTP {status}: {answer[:300]}")
             server.client.post_json("/generate", {"input_ids": prompt, "sampling_params": params})
             _wait_for_trace(where, timeout_s=120.0)
             traces = sorted(where.glob("*.trace.json.gz"))
             label = f"{mode} ctx {context}"
             if traces:
-                results.append(analyze(load_trace(traces[-1]), label))
+                result = analyze(load_trace(traces[-1]), label)
             else:
-                results.append(
-                    {"mode": label, "steps": 0, "per_step_us": {}, "error": f"no trace in {where}"}
-                )
+                result = {"mode": label, "steps": 0, "per_step_us": {}, "error": f"no trace in {where}"}
+            results.append({**result, **unprofiled})
     finally:
         server.stop()
     return results
