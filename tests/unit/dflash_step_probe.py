@@ -179,6 +179,27 @@ def _path_indices_facts() -> dict:
     }
 
 
+def _tree_mask_facts() -> dict:
+    """The flat verify mask by the kernel (interpreter) vs ddtree_utils.flatten_verify_mask, on real trees."""
+    from sglang.srt.speculative.ddtree_utils import build_ddtree, flatten_verify_mask
+    from sglang.srt.speculative.dflash_step_host import tree_verify_mask
+
+    out = {}
+    gen = torch.Generator().manual_seed(3)
+    for name, (lens, budget, topk, depth) in {
+        "bs3_budget8": ([4, 300, 1], 8, 4, 7),
+        "bs1_budget16_long": ([2100], 16, 4, 7),
+        "bs2_budget32": ([33, 129], 32, 4, 7),
+    }.items():
+        logp = torch.log_softmax(torch.randn(len(lens), depth, 50, generator=gen), dim=-1)
+        tree = build_ddtree(logp, budget, topk)
+        seq = torch.tensor(lens, dtype=torch.int32)
+        got = tree_verify_mask(tree.mask, seq, sum(lens))
+        want = flatten_verify_mask(tree.mask, seq, sum(lens))
+        out[name] = {"equal": bool(torch.equal(got, want)), "numel": got.numel(), "dtype": str(got.dtype)}
+    return out
+
+
 def _mask_policy_facts() -> dict:
     from sglang.srt.speculative.dflash_utils import resolve_dflash_verify_mask_policy
 
@@ -209,6 +230,7 @@ def main() -> None:
         facts["dflash_verify_upstream"] = _with_fast_step("0", _dflash_verify_once)
         facts["indices"] = _path_indices_facts()
         facts["mask_policy"] = _mask_policy_facts()
+        facts["tree_mask"] = _tree_mask_facts()
     except Exception:
         facts["probe_error"] = traceback.format_exc()
     print("DFLASH-STEP-PROBE " + json.dumps(facts))

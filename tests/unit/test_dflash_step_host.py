@@ -2,12 +2,12 @@
 0.5.13.post1.
 
 Each new piece is compared with the upstream code it replaces, in the same patched tree, on the same inputs
-(tests/unit/dflash_step_probe.py runs them; TRITON_INTERPRET=1 runs the compact-row Triton kernel on CPU):
-the compact draft cache rewrite (kernel and torch fallback vs DFlashWorker's masked gather + assign), the
-draft lengths computed on the host, DFLASH's verify with SGLANG_DFLASH_FAST_STEP=1 vs =0, the keep/free index
-builders, and the mask policy (no host mask for a chain on the triton backend unless the target slides a
-window). Stand-ins are named in the probe's docstring. The step's speed is measured on the device
-(benchmarks/pair, `device_pair.sh profile`), not here.
+(tests/unit/dflash_step_probe.py runs them; TRITON_INTERPRET=1 runs the Triton kernels on CPU): the compact
+draft cache rewrite (kernel and torch fallback vs DFlashWorker's masked gather + assign), the tree mask kernel
+vs ddtree_utils.flatten_verify_mask, the draft lengths computed on the host, DFLASH's verify with
+SGLANG_DFLASH_FAST_STEP=1 vs =0, the keep/free index builders, and the mask policy (no host mask for a chain
+on the triton backend unless the target slides a window). Stand-ins are named in the probe's docstring. The
+step's speed is measured on the device (benchmarks/pair, `device_pair.sh profile`), not here.
 """
 
 from __future__ import annotations
@@ -87,3 +87,10 @@ def test_chain_verify_on_triton_needs_no_host_mask_unless_the_target_slides(fact
     fast, upstream = facts["mask_policy"]["1"], facts["mask_policy"]["0"]
     assert fast == {"triton": False, "triton_window": True, "flashinfer": False, "hybrid_triton": False}
     assert upstream == {"triton": True, "triton_window": True, "flashinfer": False, "hybrid_triton": True}
+
+
+@pytest.mark.parametrize("case", ["bs3_budget8", "bs1_budget16_long", "bs2_budget32"])
+def test_tree_mask_kernel_equals_the_flat_mask_of_ddtree_utils(facts: dict, case: str) -> None:
+    got = facts["tree_mask"][case]
+    assert got["dtype"] == "torch.bool"
+    assert got["equal"], f"{case}: the kernel's flat mask differs from flatten_verify_mask's"
