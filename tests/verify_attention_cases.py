@@ -90,7 +90,7 @@ def make_case(
         return torch.randn(*shape, generator=gen).to(dtype)
 
     k_buffer = rand(pool, kv_heads, head_dim)
-    v_buffer = k_buffer[..., :v_head_dim] if mla else rand(pool, kv_heads, v_head_dim)
+    v_buffer = rand(pool, kv_heads, v_head_dim)
     slots = torch.randperm(pool, generator=gen)[:total_prefix]  # scattered pool slots, as a real KV pool
     q = rand(bs * size, heads, head_dim)
     k_extend, v_extend = rand(bs * size, kv_heads, head_dim), rand(bs * size, kv_heads, v_head_dim)
@@ -120,12 +120,13 @@ def make_case(
     def put(t: torch.Tensor | None) -> torch.Tensor | None:
         return None if t is None else t.to(device)
 
+    k_buffer = put(k_buffer)
     return VerifyCase(
         q=put(q),
         k_extend=put(k_extend),
         v_extend=put(v_extend),
-        k_buffer=put(k_buffer),
-        v_buffer=put(v_buffer) if not mla else put(k_buffer)[..., :v_head_dim],
+        k_buffer=k_buffer,
+        v_buffer=k_buffer[..., :v_head_dim] if mla else put(v_buffer),
         qo_indptr=put(qo_indptr),
         kv_indptr=put(kv_indptr),
         kv_indices=put(slots.to(torch.int64)),
