@@ -6,9 +6,10 @@ K/V as the extend part, the flat uint8 custom mask) in bf16 with the trained pai
 (benchmarks/pair: 4 query heads, 2 KV heads, head dim 64): DDTREE-16's trees (N 17) and DFLASH's causal
 block (N 8) at contexts 256, 4096 and 8192, both checked against a float64 torch reference; a Kimi K2.6
 MLA layer at TP 8 (8 heads, 576/512); no host sync (torch's sync debug mode set to error); CUDA-graph
-capture replayed on new lengths and a new mask. Then the timing table: old vs new kernel, CUDA-graphed,
-at bs 1 and 32 over the contexts (printed; run pytest with -s to see it; the table's outputs are compared
-too). Needs a CUDA GPU and the patched sglang on the path (tests/gpu/README.md: /tmp/site).
+capture replayed on new lengths and a new mask. Then the timing table
+(benchmarks/verify_attention_bench.py): old vs new kernel beside decode and the roofline, CUDA-graphed,
+at bs 1 (also 32768) and 32 over the contexts (printed: run pytest with -s; outputs compared at every
+row). Needs a CUDA GPU and the patched sglang on the path (tests/gpu/README.md: /tmp/site).
 """
 
 from __future__ import annotations
@@ -18,23 +19,18 @@ import pytest
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
-triton = pytest.importorskip("triton")
 extend_attention = pytest.importorskip("sglang.srt.layers.attention.triton_ops.extend_attention")
-decode_attention = pytest.importorskip("sglang.srt.layers.attention.triton_ops.decode_attention")
 verify_attention = pytest.importorskip("sglang.srt.layers.attention.triton_ops.verify_attention")
 
+from benchmarks import verify_attention_bench  # noqa: E402
 from tests.verify_attention_cases import VerifyCase, make_case, reference  # noqa: E402
 
 PAIR = dict(heads=4, kv_heads=2, head_dim=64)  # benchmarks/pair: the Qwen3-like target's attention
 KIMI_TP8 = dict(heads=8, kv_heads=1, head_dim=576, v_head_dim=512, mla=True)  # 64 heads / TP 8, MLA latent
 CONTEXTS = (256, 4096, 8192)
 TIMING = [(1, c) for c in (*CONTEXTS, 32768)] + [(32, c) for c in CONTEXTS]
-HBM_BYTES_PER_S = 4.8e12  # H200 HBM3e
-DECODE_KV_SPLITS = 8  # ServerArgs.triton_attention_num_kv_splits' default
 SM_COUNT = torch.cuda.get_device_properties(0).multi_processor_count
-BF16_TOL = (
-    2e-2  # bf16 inputs and probabilities; the float64 reference's error of the original is the yardstick
-)
+BF16_TOL = 2e-2  # bf16 inputs and probabilities; the original kernel's error is the yardstick
 
 
 def _run(kernel, case: VerifyCase, **extra) -> torch.Tensor:
@@ -133,40 +129,9 @@ def test_no_host_sync_and_cuda_graph_replay() -> None:
     assert (out.double() - reference(second)).abs().max().item() < BF16_TOL
 
 
-def _graphed_ms(fn) -> float:
-    return triton.testing.do_bench_cudagraph(fn, rep=50)
-
-
-def _decode(case: VerifyCase) -> torch.Tensor:
-    """A plain decode step at the same context: one query token per request, SGLang's split-KV decode."""
-    bs, heads, lv = case.kv_indptr.shape[0] - 1, case.q.shape[1], case.v_extend.shape[-1]
-    q = case.q[:: case.num_draft_tokens].contiguous()
-    out = torch.empty(bs, heads, lv, dtype=q.dtype, device="cuda")
-    logits = torch.empty(bs, heads, DECODE_KV_SPLITS, lv, dtype=torch.float32, device="cuda")
-    lse = torch.empty(bs, heads, DECODE_KV_SPLITS, dtype=torch.float32, device="cuda")
-    splits = torch.full((bs,), DECODE_KV_SPLITS, dtype=torch.int32, device="cuda")
-    decode_attention.decode_attention_fwd(
-        q, case.k_buffer, case.v_buffer, out, case.kv_indptr, case.kv_indices, logits, lse, splits,
-        DECODE_KV_SPLITS, case.sm_scale, 1.0, 1.0,
-    )  # fmt: skip
-    return out
-
-
 def test_timing_old_vs_new() -> None:
-    """The table the issue asks for (pair shapes, DDTREE-16 trees); outputs compared at every row."""
-    rows = []
-    for bs, context in TIMING:
-        case = make_case(
-            [context] * bs, block="tree", num_draft_tokens=17, dtype=torch.bfloat16, device="cuda", **PAIR
-        )
-        assert (_new(case).float() - _old(case).float()).abs().max().item() < BF16_TOL
-        times = [_graphed_ms(lambda fn=fn, case=case: fn(case)) for fn in (_old, _new, _decode)]
-        kv_bytes = bs * context * PAIR["kv_heads"] * PAIR["head_dim"] * 2 * 2  # K and V, bf16
-        rows.append((bs, context, *times, kv_bytes / HBM_BYTES_PER_S * 1e3))
-    print("\nverify attention, pair shapes (4 heads, 2 KV, dim 64, bf16), DDTREE-16 (N 17), CUDA graph, us:")
-    print(f"{'bs':>4} {'context':>8} {'old':>9} {'new':>9} {'speedup':>8} {'decode':>9} {'roofline':>9}")
-    for bs, context, old_ms, new_ms, decode_ms, roof_ms in rows:
-        print(
-            f"{bs:>4} {context:>8} {old_ms * 1e3:>9.1f} {new_ms * 1e3:>9.1f} {old_ms / new_ms:>7.2f}x"
-            f" {decode_ms * 1e3:>9.1f} {roof_ms * 1e3:>9.1f}"
-        )
+    """The table the issue asks for (pair shapes, DDTREE-16 trees, beside decode and the roofline);
+    measure_row compares old and new outputs at every row and raises on a difference."""
+    rows = [verify_attention_bench.measure_row(bs, context, "pair", 17, 4800.0) for bs, context in TIMING]
+    print("\n" + verify_attention_bench.format_table(rows, "pair", 17))
+    assert all(row["max_difference"] < BF16_TOL for row in rows)
