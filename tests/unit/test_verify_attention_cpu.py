@@ -5,8 +5,10 @@ checks it against masked softmax attention in float64 (tests/verify_attention_ca
 original `extend_attention_fwd`: DDTree trees, DFlash's causal block with and without a custom mask, the
 drafter's full block, prefix lengths that are not a multiple of the split size, an empty prefix, requests
 of different lengths, several split counts, a GQA group spread over several row blocks, a logit cap and a
-tiny MLA layout (576/512, value buffer inside the key buffer). Also the backend's routing rule. CUDA-graph
-capture needs a GPU: tests/gpu/test_verify_attention_gpu.py.
+tiny MLA layout (576/512, value buffer inside the key buffer). Also the backend's routing rule, and both
+kernels compiled by Triton's real compiler (LLVM + bundled ptxas, no GPU) for every target profile's arch
+at the pair's and Kimi K2.6's (MLA, TP 8) shapes, within the arch's shared memory. CUDA-graph capture and
+timings need a GPU: tests/gpu/test_verify_attention_gpu.py.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.test_ddtree_kernels import target_archs
 from tests.unit.test_ddtree_sglang import sglang_cpu_path  # noqa: F401  (fixture)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -124,3 +127,65 @@ def test_only_causal_target_verify_is_routed(results: dict) -> None:
         "sinks": False,
         "xai": False,
     }
+
+
+COMPILE = r"""
+import json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from sglang.srt.layers.attention.triton_ops import verify_attention as va
+
+SHAPES = {"pair": (64, 64, 2, 17), "kimi_tp8_mla": (576, 512, 8, 17)}  # lq, lv, query heads per KV head, N
+POINTERS = {"Q": "*bf16", "K_Extend": "*bf16", "V_Extend": "*bf16", "K_Buffer": "*bf16", "V_Buffer": "*bf16",
+            "Out": "*bf16", "Mid_O": "*fp32", "Mid_Lse": "*fp32", "qo_indptr": "*i32", "kv_indptr": "*i32",
+            "kv_indices": "*i64", "mask_ptr": "*u8", "mask_indptr": "*i64", "sm_scale": "fp32",
+            "k_scale": "fp32", "v_scale": "fp32"}
+
+def build(fn, arch, constexprs, warps):
+    sig = {p: POINTERS.get(p, "constexpr" if p in constexprs else "i32") for p in fn.arg_names}
+    options = {"num_warps": warps, "num_stages": 1}
+    source = ASTSource(fn=fn, signature=sig, constexprs=constexprs)
+    kernel = triton.compile(source, target=GPUTarget("cuda", int(arch), 32), options=options)
+    return [len(kernel.asm["cubin"]), kernel.metadata.shared]
+
+result = {}
+for arch in sys.argv[1:]:
+    for shape, (lq, lv, group, tokens) in SHAPES.items():
+        dmodel, dpe, dv, block_m, block_n, warps = va.verify_block_sizes(lq, lv)
+        block_m = max(16, min(block_m, triton.next_power_of_2(tokens * group)))
+        sizes = dict(Lq=lq, Lv=lv, BLOCK_DMODEL=dmodel, BLOCK_DPE=dpe, BLOCK_DV=dv, BLOCK_N=block_n)
+        for mask in (True, False):
+            result[f"{arch}:{shape}:partial:{mask}"] = build(va._verify_partial_kernel, arch, dict(
+                KV_GROUP_NUM=group, NUM_M_BLOCKS=triton.cdiv(tokens * group, block_m), LOGIT_CAP=0.0,
+                USE_CUSTOM_MASK=mask, IS_CAUSAL=True, BLOCK_M=block_m, **sizes), warps)
+        result[f"{arch}:{shape}:reduce"] = build(va._verify_reduce_kernel, arch, dict(
+            SPLIT_BLOCK=va.split_block(dv), Lv=lv, BLOCK_DV=dv, BLOCK_N=block_n), 4 if dv <= 128 else 8)
+print("VERIFY-COMPILE " + json.dumps(result))
+"""
+SHARED_MEMORY_LIMIT = {"120": 101376}  # bytes per block; sm_90/100/103: 232448
+COMPILED = [
+    f"{shape}:{kernel}"
+    for shape in ("pair", "kimi_tp8_mla")
+    for kernel in ("partial:True", "partial:False", "reduce")
+]
+
+
+@pytest.fixture(scope="module")
+def compiled(sglang_cpu_path: str) -> dict:  # noqa: F811
+    env = {**os.environ, "PYTHONPATH": sglang_cpu_path}
+    env.pop("TRITON_INTERPRET", None)
+    done = subprocess.run(
+        [sys.executable, "-c", COMPILE, *target_archs()], capture_output=True, text=True, env=env, timeout=900
+    )
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("VERIFY-COMPILE ")]
+    assert lines, f"compile check printed nothing (rc {done.returncode}):\n{done.stderr[-3000:]}"
+    return json.loads(lines[-1].removeprefix("VERIFY-COMPILE "))
+
+
+@pytest.mark.parametrize("kernel", COMPILED)
+def test_kernels_compile_for_every_target_arch_within_shared_memory(compiled: dict, kernel: str) -> None:
+    for arch in target_archs():
+        cubin, shared = compiled[f"{arch}:{kernel}"]
+        assert cubin > 1000, f"no sm_{arch} cubin for {kernel}"
+        assert shared <= SHARED_MEMORY_LIMIT.get(arch, 232448), f"sm_{arch} {kernel}: {shared} bytes shared"
