@@ -1,7 +1,7 @@
 """Target-verify attention time against context on a GPU: SGLang's extend kernel, the split-KV kernel, decode.
 
     python benchmarks/verify_attention_bench.py [--bs 1 8 32] [--contexts 256 1024 4096 8192 16384 32768]
-        [--shape pair|kimi-tp8] [--tokens 17] [--bandwidth-gbs 4800] [--json FILE]
+        [--shape pair|kimi-tp8] [--tokens 17] [--bandwidth-gbs 4800] [--splits 8 16 32 64] [--json FILE]
 
 Needs the patched SGLang on the path (tests/gpu/README.md: /tmp/site after device_ddtree.sh applied the
 series). Every request of a row has the full context as its prefix and a DDTree tree of --tokens nodes
@@ -14,6 +14,8 @@ series). Every request of a row has the full context as its prefix and a DDTree 
   roofline  the prefix's K and V bytes read once at --bandwidth-gbs
   new/roof  new / roofline
 The outputs of old and new are compared at every row (bf16; a difference over 0.02 stops the run).
+--splits also times the new kernel at those fixed prefix split counts (JSON "new_at_splits", one line per
+row): the default count (verify_num_kv_splits: about 2 programs per SM) is a guess to check against them.
 Shapes: pair = benchmarks/pair's target (4 query heads, 2 KV heads, dim 64); kimi-tp8 = Kimi K2.6's MLA
 at TP 8 (8 heads, one latent KV head of 576, values its first 512).
 """
@@ -83,13 +85,15 @@ def run_old(case: VerifyCase) -> torch.Tensor:
     return args[3]
 
 
-def run_new(case: VerifyCase) -> torch.Tensor:
+def run_new(case: VerifyCase, num_kv_splits: int | None = None) -> torch.Tensor:
     from sglang.srt.layers.attention.triton_ops.verify_attention import verify_attention_fwd
 
     args = list(case.kernel_args())
     args[3] = _output(case)
     sm_count = torch.cuda.get_device_properties(case.q.device).multi_processor_count
-    verify_attention_fwd(*args, 1.0, 1.0, case.sm_scale, case.logit_cap, sm_count=sm_count)
+    verify_attention_fwd(
+        *args, 1.0, 1.0, case.sm_scale, case.logit_cap, sm_count=sm_count, num_kv_splits=num_kv_splits
+    )
     return args[3]
 
 
@@ -110,7 +114,9 @@ def run_decode(case: VerifyCase) -> torch.Tensor:
     return out
 
 
-def measure_row(bs: int, context: int, shape: str, tokens: int, bandwidth_gbs: float) -> dict:
+def measure_row(
+    bs: int, context: int, shape: str, tokens: int, bandwidth_gbs: float, splits: tuple[int, ...] = ()
+) -> dict:
     """One table row; raises when old and new outputs differ by more than MAX_DIFFERENCE."""
     case = make_case(
         [context] * bs,
@@ -137,6 +143,7 @@ def measure_row(bs: int, context: int, shape: str, tokens: int, bandwidth_gbs: f
         "roofline": roofline,
         "new/roof": new / roofline,
         "max_difference": difference,
+        "new_at_splits": {count: time_graph(lambda count=count: run_new(case, count)) for count in splits},
     }
 
 
@@ -161,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shape", choices=sorted(SHAPES), default="pair")
     parser.add_argument("--tokens", type=int, default=17, help="draft tokens per request (17: DDTREE-16)")
     parser.add_argument("--bandwidth-gbs", type=float, default=4800.0, help="HBM bandwidth (H200: 4800)")
+    parser.add_argument(
+        "--splits", type=int, nargs="*", default=[], help="also time these fixed split counts"
+    )
     parser.add_argument("--json", type=Path, help="write the rows here as JSON")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -169,8 +179,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for bs in args.bs:
         for context in args.contexts:
-            rows.append(measure_row(bs, context, args.shape, args.tokens, args.bandwidth_gbs))
-            print(format_table(rows[-1:], args.shape, args.tokens).splitlines()[-1], flush=True)
+            row = measure_row(bs, context, args.shape, args.tokens, args.bandwidth_gbs, tuple(args.splits))
+            rows.append(row)
+            print(format_table([row], args.shape, args.tokens).splitlines()[-1], flush=True)
+            if row["new_at_splits"]:
+                fixed = ", ".join(f"{count}: {us:.1f}" for count, us in row["new_at_splits"].items())
+                print(f"          new at fixed split counts (us): {fixed}", flush=True)
     print(format_table(rows, args.shape, args.tokens))
     if args.json:
         scratch = args.json.with_name(args.json.name + ".partial")

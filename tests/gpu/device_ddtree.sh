@@ -97,7 +97,7 @@ if [ "$what" = verify ]; then
   t=$SECONDS
   python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_verify_attention_gpu.py 2>&1 | tail -40
   rc=$((rc | PIPESTATUS[0]))
-  python3 benchmarks/verify_attention_bench.py --json "$OUT/verify_attention_bench.json" | tail -20
+  python3 benchmarks/verify_attention_bench.py --splits 4 8 16 32 64 --json "$OUT/verify_attention_bench.json" | tail -60
   rc=$((rc | PIPESTATUS[0]))
   echo "verify: $((SECONDS - t)) s"
 fi
