@@ -16,7 +16,10 @@ the first decode or verify forward (the prefill is left out) and splits the wind
   - DDTree's own kernels (ddtree_kernels.py's Triton kernels, by name) and every other kernel launched
     outside those spans (sampling, KV bookkeeping, the drafter's KV append, copies);
   - idle GPU: the window minus the union of all kernel intervals (host work, syncs, scheduling).
-Figures are per decode step (the window over the number of target forwards). The trace format is the
+Figures are per decode step (the window over the number of target forwards). Beside them, from the same server
+without the profiler: the step time (a full request minus a one-token request, over its verify passes), the
+decode tok/s of one request, and the aggregate tok/s of 32 requests at once (`MODE@upstream` serves with
+SGLANG_DFLASH_FAST_STEP=0, so old and new steps sit side by side in one table). The trace format is the
 Chrome trace torch.profiler writes; nothing here needs SGLang, so it is unit-tested on a synthetic trace.
 """
 
@@ -31,6 +34,7 @@ import re
 import statistics
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +48,10 @@ UNPROFILED_ROWS = (
     ("unprofiled_step_ms", "step without profiler (ms)"),
     ("tokens_per_step", "tokens per step"),
     ("unprofiled_tok_s", "decode tok/s without profiler"),
+    ("aggregate_tok_s_c32", "aggregate tok/s, 32 at once"),
 )
+CONCURRENT = 32  # requests sent at once for the aggregate figure (the bench's concurrency 32 cell)
+GRAPH_BS = ("1", "2", "4", "8", "16", "32")
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
 
@@ -188,6 +195,25 @@ def unprofiled_step_ms(client, prompt: list[int], params: dict, rounds: int = 3)
     }
 
 
+def concurrent_tok_s(client, prompts: list[list[int]], params: dict) -> dict[str, Any]:
+    """Aggregate output tok/s of len(prompts) requests sent at once (the bench's concurrency cell, one round,
+    prefill included), and the first request's greedy output (to compare modes token for token)."""
+    with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
+        start = time.perf_counter()
+        answers = list(
+            pool.map(
+                lambda ids: client.post_json("/generate", {"input_ids": ids, "sampling_params": params}),
+                prompts,
+            )
+        )
+        elapsed = time.perf_counter() - start
+    tokens = sum(int(a.get("meta_info", {}).get("completion_tokens") or 0) for a in answers)
+    return {
+        f"aggregate_tok_s_c{len(prompts)}": round(tokens / max(1e-9, elapsed), 1),
+        "greedy_output": list(answers[0].get("output_ids") or []),
+    }
+
+
 def profile_mode(
     mode: str, pair: Path, out: Path, steps: int, new_tokens: int, contexts: list[int]
 ) -> list[dict[str, Any]]:
@@ -198,9 +224,10 @@ def profile_mode(
     from benchmarks.pair import serve_bench
 
     kind, settings = serve_bench.server_settings(mode)  # MODE@upstream: SGLANG_DFLASH_FAST_STEP=0
-    # Only bs 1 is profiled: capture few graph sizes, so each server is ready sooner than serve_bench's.
+    # Only bs 1 is profiled (and CONCURRENT requests timed): few graph sizes, ready sooner than serve_bench's.
     settings = dataclasses.replace(
-        settings, extra_server_args=("--cuda-graph-bs", "1", "2", "4", "--mem-fraction-static", "0.3")
+        settings,
+        extra_server_args=("--cuda-graph-bs", *GRAPH_BS, "--mem-fraction-static", "0.3"),
     )
     folder = (out / mode).resolve()
     folder.mkdir(parents=True, exist_ok=True)
@@ -218,6 +245,8 @@ def profile_mode(
             prompt = prompt_of(prompts, context)
             server.client.post_json("/generate", {"input_ids": prompt, "sampling_params": params})  # warm-up
             unprofiled = unprofiled_step_ms(server.client, prompt, params)
+            others = [prompt_of(prompts[i:] + prompts[:i], context) for i in range(CONCURRENT)]
+            unprofiled |= concurrent_tok_s(server.client, others, params)
             body = {"output_dir": str(where), "num_steps": steps, "activities": ["CPU", "GPU"],
                     "with_stack": False, "record_shapes": False}  # fmt: skip
             # SGLang answers /start_profile with plain text, not JSON.

@@ -415,3 +415,18 @@ def test_upstream_modes_serve_with_the_fast_step_off_and_the_same_settings(monke
     with serve_bench.step_environment("dflash"):
         assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "1"
     assert "SGLANG_DFLASH_FAST_STEP" not in os.environ
+
+
+def test_concurrent_figure_counts_every_requests_tokens_and_keeps_the_first_output(monkeypatch) -> None:
+    from benchmarks.pair import profile_step
+
+    ticks = iter([10.0, 10.5])
+    monkeypatch.setattr(profile_step.time, "perf_counter", lambda: next(ticks))
+
+    class Client:
+        def post_json(self, route: str, body: dict) -> dict:
+            n = len(body["input_ids"])
+            return {"output_ids": [n, n + 1], "meta_info": {"completion_tokens": 10 * n}}
+
+    got = profile_step.concurrent_tok_s(Client(), [[1], [1, 2], [1, 2, 3]], {"max_new_tokens": 2})
+    assert got == {"aggregate_tok_s_c3": 120.0, "greedy_output": [1, 2]}
