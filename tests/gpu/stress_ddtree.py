@@ -549,6 +549,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--noise", type=float, default=0.03, help="std of the target's attention/MLP weights")
     parser.add_argument("--seed", type=int, default=2121)
     parser.add_argument(
+        "--arch",
+        choices=smoke_models.ARCHES,
+        default="gqa",
+        help="the tiny target: gqa (Qwen3) or mla (Kimi K2.6's DeepSeek-V3 MLA + MoE)",
+    )
+    parser.add_argument(
         "--algorithm",
         choices=("DDTREE", "DFLASH"),
         default="DDTREE",
@@ -568,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     begin = time.monotonic()
     if not args.ddtree_url:
-        problem = smoke.gpu_problem(args.tp)
+        problem = smoke.gpu_problem(args.tp, args.arch)
         if problem:
             print(f"stress: cannot run here: {problem}")
             return 2
@@ -577,6 +583,7 @@ def main(argv: list[str] | None = None) -> int:
         profile,
         budget=args.budget or profile.budget,
         tp=args.tp,
+        arch=args.arch,
         launch_timeout_s=LAUNCH_TIMEOUT_S,
         extra_server_args=("--max-total-tokens", str(KV_POOL_TOKENS)),
     )
@@ -603,8 +610,8 @@ def main(argv: list[str] | None = None) -> int:
             target, drafter = smoke_models.write_models(work / "models", settings)
             smoke_models.write_tokenizer(target)
             add_context_noise(target, args.noise, args.seed)
-            print(f"stress: tiny models in {work}, noise {args.noise}, TP {args.tp}, DDTREE block "
-                  f"{settings.block_size}, budget {settings.budget}, top-k {settings.topk}, window "
+            print(f"stress: tiny {args.arch} models in {work}, noise {args.noise}, TP {args.tp}, DDTREE "
+                  f"block {settings.block_size}, budget {settings.budget}, top-k {settings.topk}, window "
                   f"{settings.window}, KV pool {KV_POOL_TOKENS}, env {STRESS_ENV}", flush=True)  # fmt: skip
             ddtree_args = smoke_server.mode_args(label, drafter, settings)
             ddtree = launched(label, ddtree_args, target, settings, out, lambda c, t: plan.run(c, label, t))
@@ -621,6 +628,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "passed": verdict.ok,
         "tp": args.tp,
+        "arch": args.arch,
         "algorithm": args.algorithm,
         "noise": args.noise,
         "block_size": settings.block_size,
