@@ -138,6 +138,9 @@ def _loaded_model_facts(target: str) -> dict:
             i for i, layer in enumerate(model.model.layers) if not hasattr(layer.mlp, "experts")
         ],
         "embed_and_head": [list(t.shape) for t in model.get_embed_and_head()],
+        # what DFlashWorker asks of the target (dflash_worker.py: a vocab-parallel lm_head, input embeddings)
+        "lm_head_vocab_parallel": all(hasattr(model.lm_head, a) for a in ("weight", "shard_indices")),
+        "input_embeddings": type(model.get_input_embeddings()).__name__,
         "sliding_window": target_sliding_window(types.SimpleNamespace(sliding_window_size=None, model=model)),
         "has_dflash_hook": hasattr(model, "set_dflash_layers_to_capture"),
     }

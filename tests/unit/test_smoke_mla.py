@@ -131,6 +131,8 @@ def test_load_weights_writes_every_parameter_from_our_names(facts: dict) -> None
 def test_dflash_capture_hook_on_the_target_class(facts: dict) -> None:
     assert facts["model"]["has_dflash_hook"] and facts["kimi"]["has_dflash_hook"]
     assert facts["model"]["capture"] == {"on": True, "layers": [2, 5]}
+    assert facts["model"]["lm_head_vocab_parallel"]
+    assert facts["model"]["input_embeddings"] == "VocabParallelEmbedding"
 
 
 def test_kimis_class_wraps_the_same_language_model(facts: dict) -> None:
