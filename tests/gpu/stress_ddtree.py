@@ -5,8 +5,8 @@ target + drafter + byte tokenizer, adds seeded noise to the target's attention a
 depend on the whole context through the KV cache while greedy margins stay wide: --noise 0.03 leaves top-1
 minus top-2 >= 1.5 on CPU over 600 steps; 0.04 starts to flip tokens; on the --arch mla target 0.03 leaves
 >= 1.03 over 600 greedy steps under transformers' DeepseekV3ForCausalLM, no token off the cycle), then serves
-the same models twice,
-one server at a time, each with CUDA graphs on, a small KV pool (--max-total-tokens) and
+the same models twice, one server at a time, each with CUDA graphs on, a small KV pool (--max-total-tokens)
+and
 
     SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY=1   (SGLang asserts, every busy iteration, that no KV leaked)
     SGLANG_TEST_RETRACT=1                          (the scheduler retracts a request every third step)
