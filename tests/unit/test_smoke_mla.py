@@ -83,6 +83,21 @@ def test_drafter_matches_the_mla_target(models: tuple[Path, Path]) -> None:
     assert max(drafter["dflash_config"]["target_layer_ids"]) + 1 < target["num_hidden_layers"]
 
 
+def test_greedy_walks_the_cycle_under_transformers_deepseek_v3(models: tuple[Path, Path]) -> None:
+    """An independent implementation of the architecture (transformers' DeepseekV3ForCausalLM, CPU, fp32)
+    reads the checkpoint: at every position the logits are the table's row for the current token."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(models[0]), dtype=torch.float32).eval()
+    f = smoke_models.successor_cycle(smoke_models.SmokeSettings().seed)
+    prompt = [5, 77, 200, 13, 13, 90, 1, 250]
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt])).logits[0]
+    table = torch.tensor(smoke_models.logit_table(f))[prompt]
+    assert torch.allclose(logits, table, atol=0.1), float((logits - table).abs().max())
+    assert logits.argmax(-1).tolist() == [f[t] for t in prompt]
+
+
 def test_arch_is_checked_and_tp_must_divide_the_mla_heads(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="smoke arch 'x'"):
         smoke_models.write_models(Path("/nonexistent"), smoke_models.SmokeSettings(arch="x"))
