@@ -3,8 +3,10 @@
 Run by tests/gpu/device_ddtree.sh stress (not collected by pytest: no test_ prefix). It writes smoke.py's tiny
 target + drafter + byte tokenizer, adds seeded noise to the target's attention and MLP weights (so its logits
 depend on the whole context through the KV cache while greedy margins stay wide: --noise 0.03 leaves top-1
-minus top-2 >= 1.5 on CPU over 600 steps; 0.04 starts to flip tokens), then serves the same models twice,
-one server at a time, each with CUDA graphs on, a small KV pool (--max-total-tokens) and
+minus top-2 >= 1.5 on CPU over 600 steps; 0.04 starts to flip tokens; on the --arch mla target 0.03 leaves
+>= 1.03 over 600 greedy steps under transformers' DeepseekV3ForCausalLM, no token off the cycle), then serves
+the same models twice, one server at a time, each with CUDA graphs on, a small KV pool (--max-total-tokens)
+and
 
     SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY=1   (SGLang asserts, every busy iteration, that no KV leaked)
     SGLANG_TEST_RETRACT=1                          (the scheduler retracts a request every third step)
@@ -402,7 +404,7 @@ def add_context_noise(target_dir: Path, sigma: float, seed: int) -> None:
     weights = load_file(str(path))
     gen = torch.Generator().manual_seed(seed)
     for name, value in weights.items():
-        if (".self_attn." in name and name.endswith("_proj.weight")) or ".mlp." in name:
+        if (".self_attn." in name and "_proj" in name) or ".mlp." in name:  # MLA: kv_a_proj_with_mqa too
             noisy = value.float() + sigma * torch.randn(value.shape, generator=gen)
             weights[name] = noisy.to(value.dtype).contiguous()
     scratch = path.with_suffix(".partial")
@@ -549,6 +551,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--noise", type=float, default=0.03, help="std of the target's attention/MLP weights")
     parser.add_argument("--seed", type=int, default=2121)
     parser.add_argument(
+        "--arch",
+        choices=smoke_models.ARCHES,
+        default="gqa",
+        help="the tiny target: gqa (Qwen3) or mla (Kimi K2.6's DeepSeek-V3 MLA + MoE)",
+    )
+    parser.add_argument(
         "--algorithm",
         choices=("DDTREE", "DFLASH"),
         default="DDTREE",
@@ -568,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     begin = time.monotonic()
     if not args.ddtree_url:
-        problem = smoke.gpu_problem(args.tp)
+        problem = smoke.gpu_problem(args.tp, args.arch)
         if problem:
             print(f"stress: cannot run here: {problem}")
             return 2
@@ -577,6 +585,7 @@ def main(argv: list[str] | None = None) -> int:
         profile,
         budget=args.budget or profile.budget,
         tp=args.tp,
+        arch=args.arch,
         launch_timeout_s=LAUNCH_TIMEOUT_S,
         extra_server_args=("--max-total-tokens", str(KV_POOL_TOKENS)),
     )
@@ -603,8 +612,8 @@ def main(argv: list[str] | None = None) -> int:
             target, drafter = smoke_models.write_models(work / "models", settings)
             smoke_models.write_tokenizer(target)
             add_context_noise(target, args.noise, args.seed)
-            print(f"stress: tiny models in {work}, noise {args.noise}, TP {args.tp}, DDTREE block "
-                  f"{settings.block_size}, budget {settings.budget}, top-k {settings.topk}, window "
+            print(f"stress: tiny {args.arch} models in {work}, noise {args.noise}, TP {args.tp}, DDTREE "
+                  f"block {settings.block_size}, budget {settings.budget}, top-k {settings.topk}, window "
                   f"{settings.window}, KV pool {KV_POOL_TOKENS}, env {STRESS_ENV}", flush=True)  # fmt: skip
             ddtree_args = smoke_server.mode_args(label, drafter, settings)
             ddtree = launched(label, ddtree_args, target, settings, out, lambda c, t: plan.run(c, label, t))
@@ -621,6 +630,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "passed": verdict.ok,
         "tp": args.tp,
+        "arch": args.arch,
         "algorithm": args.algorithm,
         "noise": args.noise,
         "block_size": settings.block_size,

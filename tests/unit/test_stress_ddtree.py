@@ -124,6 +124,23 @@ def test_context_noise_touches_only_attention_and_mlp(tmp_path: Path) -> None:
     assert torch.equal(safetensors.load_file(str(target2 / "model.safetensors"))[name], after[name])
 
 
+def test_context_noise_on_the_mla_target_touches_its_projections_router_and_experts(tmp_path: Path) -> None:
+    """--arch mla: every attention projection, the dense MLP, each router (weight and correction bias), expert
+    and shared expert gets noise; norms, embeddings and the LM head keep their values."""
+    torch = pytest.importorskip("torch")
+    safetensors = pytest.importorskip("safetensors.torch")
+    target, _ = smoke_models.write_models(tmp_path / "m", smoke_models.SmokeSettings(arch="mla"))
+    before = safetensors.load_file(str(target / "model.safetensors"))
+    stress.add_context_noise(target, 0.03, seed=5)
+    after = safetensors.load_file(str(target / "model.safetensors"))
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert not any(k.endswith("norm.weight") or "embed" in k or "lm_head" in k for k in changed)
+    moe_layer = 2 + 16 * 3 + 3  # router weight and bias, 16 experts and the shared one (gate, up, down each)
+    assert len(changed) == 6 * 5 + 3 + 5 * moe_layer, (
+        "q_a, q_b, kv_a, kv_b, o; the dense MLP; five MoE layers"
+    )
+
+
 # ---------------------------------------------------------------------------------------- the test double
 
 
