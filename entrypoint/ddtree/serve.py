@@ -32,13 +32,17 @@ Numbers are range-checked before anything starts: every value the checks read fr
 (port, TP, block size, ...), wherever it came from (profile, DDTREE_*, DDTREE_EXTRA_ARGS, after `--`, a
 --config file), and DDTREE_MIN_SHM_GIB; TP must also divide the visible GPUs and the model's heads.
 
-Secrets. A process's argv is public on the host (/proc/PID/cmdline, `ps`, `docker top`), so --api-key and
---admin-api-key never reach the server's command line, wherever they were given: they are moved into a
-YAML that SGLang 0.5.13.post1 reads with `--config FILE` (server_args_config_parser; config values come
-before the command line's, and no secret is left on it to override them). The YAML lives only in memory: a
-memfd this process passes across exec, reached through a `server-config.yaml` link in a private temporary
-folder (SGLang wants a .yaml name). DDTREE_API_KEY(_FILE) are removed from the server's environment. The
-patch `secret-args-repr` keeps both keys out of ServerArgs' repr, which SGLang logs at start-up.
+Secrets. A process's argv is public on the host (/proc/PID/cmdline, `ps`, `docker top`), so --api-key,
+--admin-api-key and --ssl-keyfile-password never reach the server's command line, wherever they were given:
+they are moved into a YAML that SGLang 0.5.13.post1 reads with `--config FILE` (server_args_config_parser;
+config values come before the command line's, and no secret is left on it to override them). The YAML lives
+only in memory: a memfd this process passes across exec, reached through a `server-config.yaml` link in a
+private temporary folder (SGLang wants a .yaml name). DDTREE_API_KEY(_FILE) are removed from the server's
+environment, and so are HF_TOKEN and HUGGING_FACE_HUB_TOKEN (the server loads local folders). SGLang's
+argparse takes abbreviations (`--api-ke`): an abbreviation of a secret option or of --config is refused,
+and `--config=PATH` becomes `--config PATH` (SGLang merges the file only then). The patch
+`secret-args-repr` keeps the secrets out of ServerArgs' repr (logged at start-up), /server_info,
+the schedulers' internal states and the request dumps.
 
 Arguments after `--` are appended last; SGLang's parser keeps the last value of a repeated option, so
 they override the profile. The checks read the final command line, so an override is also what is checked.
@@ -82,12 +86,19 @@ EXPECTED_MODEL_TYPE = "kimi_k25"
 CHECK_NAMES = ("weights", "drafter", "gpu", "shm", "port")
 
 # Flags whose value is a secret, and token shapes masked wherever they appear.
-SECRET_FLAGS = frozenset({"--api-key", "--admin-api-key", "--hf-token", "--token"})
+SECRET_FLAGS = frozenset({"--api-key", "--admin-api-key", "--ssl-keyfile-password", "--hf-token", "--token"})
 # SGLang's secret flags: moved off the command line into the in-memory --config YAML.
-SERVER_SECRET_FLAGS = ("--api-key", "--admin-api-key")
-SECRET_ENV = ("DDTREE_API_KEY", "DDTREE_API_KEY_FILE")
+SERVER_SECRET_FLAGS = ("--api-key", "--admin-api-key", "--ssl-keyfile-password")
+# Consumed here, not inherited: the server loads local folders (fetching is `ddtree weights fetch`'s job),
+# so the Hub token has no use in it either.
+SECRET_ENV = ("DDTREE_API_KEY", "DDTREE_API_KEY_FILE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 CONFIG_FLAG = "--config"
 CONFIG_NAME = "server-config.yaml"
+# SGLang's argparse takes any unique prefix of an option (allow_abbrev): these must be spelt in full.
+GUARDED_FLAGS = (*SERVER_SECRET_FLAGS, CONFIG_FLAG)
+# SGLang 0.5.13.post1's options that are proper prefixes of a guarded one: argparse reads them as
+# themselves (tests/unit/test_serve_secrets.py checks this list against the real parser).
+FULL_PREFIX_FLAGS = frozenset({"--ssl-keyfile"})
 SECRET_PATTERN = re.compile(r"(hf_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9_-]{8,})")
 SECRET_ENV_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 MASK = "****"
@@ -294,6 +305,27 @@ def split_secrets(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     return kept, secrets
 
 
+def spell_guarded_flags(argv: Sequence[str]) -> list[str]:
+    """argv with `--config=PATH` as `--config PATH` (SGLang merges a config file only for the separate
+    token: with `=` it would drop the whole file); an abbreviation of a secret option or of --config is
+    refused, naming the option only, since SGLang's argparse would take it and our filter would not."""
+    out: list[str] = []
+    for arg in argv:
+        flag, eq, value = arg.partition("=")
+        if flag == CONFIG_FLAG and eq:
+            out += [CONFIG_FLAG, value]
+            continue
+        if flag.startswith("--") and len(flag) > 2 and flag not in GUARDED_FLAGS:
+            meant = [g for g in GUARDED_FLAGS if g.startswith(flag)]
+            if meant and flag not in FULL_PREFIX_FLAGS:
+                raise UserError(
+                    f"{flag} abbreviates {' or '.join(meant)}: write the option in full (set by {WHERE_SET})",
+                    exit_code=EXIT_CANNOT_RUN,
+                )
+        out.append(arg)
+    return out
+
+
 def config_argv(config: Mapping[str, Any]) -> list[str]:
     """A --config YAML as the tokens SGLang's ConfigArgumentMerger puts before the command line's."""
     argv: list[str] = []
@@ -384,12 +416,12 @@ def plan(
         # The profile's environment fills in what the caller did not set; the caller's values win.
         environment = {k: environ.get(k, v) for k, v in target.environment.items()}
     environment.update(jit_cache.environment(environ))
-    argv = assemble(target, environ, extra)
+    argv = spell_guarded_flags(assemble(target, environ, extra))
     validate_values(argv)
-    _, user_config = read_user_config(argv)
+    config_path, user_config = read_user_config(argv)
     validate_values(config_argv(user_config))
     argv, secrets = split_secrets(argv)
-    if secrets and user_config:
+    if secrets and config_path is not None:
         argv = _without_config(argv)  # its values go into the in-memory config, with the secrets
     return Launch(
         target=target,
