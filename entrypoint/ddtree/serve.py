@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shlex
 import sys
 import tempfile
@@ -73,6 +72,7 @@ from typing import Any
 from ddtree import gpu, jit_cache, numbers, targets, weights, weights_lock
 from ddtree.errors import UserError
 from ddtree.fsutil import read_text
+from ddtree.secret_rules import FULL_PREFIX_FLAGS, SECRET_PATTERN, SERVER_SECRET_FLAGS
 from ddtree.weights_layout import is_read_only, resolve_checkout
 from ddtree.yamlfile import load_yaml
 
@@ -87,8 +87,7 @@ CHECK_NAMES = ("weights", "drafter", "gpu", "shm", "port")
 
 # Flags whose value is a secret, and token shapes masked wherever they appear.
 SECRET_FLAGS = frozenset({"--api-key", "--admin-api-key", "--ssl-keyfile-password", "--hf-token", "--token"})
-# SGLang's secret flags: moved off the command line into the in-memory --config YAML.
-SERVER_SECRET_FLAGS = ("--api-key", "--admin-api-key", "--ssl-keyfile-password")
+# SGLang's secret flags (ddtree.secret_rules): moved off the command line into the in-memory --config YAML.
 # Consumed here, not inherited: the server loads local folders (fetching is `ddtree weights fetch`'s job),
 # so the Hub token has no use in it either.
 SECRET_ENV = ("DDTREE_API_KEY", "DDTREE_API_KEY_FILE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
@@ -96,10 +95,6 @@ CONFIG_FLAG = "--config"
 CONFIG_NAME = "server-config.yaml"
 # SGLang's argparse takes any unique prefix of an option (allow_abbrev): these must be spelt in full.
 GUARDED_FLAGS = (*SERVER_SECRET_FLAGS, CONFIG_FLAG)
-# SGLang 0.5.13.post1's options that are proper prefixes of a guarded one: argparse reads them as
-# themselves (tests/unit/test_serve_secrets.py checks this list against the real parser).
-FULL_PREFIX_FLAGS = frozenset({"--ssl-keyfile"})
-SECRET_PATTERN = re.compile(r"(hf_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9_-]{8,})")
 SECRET_ENV_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 MASK = "****"
 
