@@ -51,6 +51,13 @@ def replica_urls(text: str) -> list[str]:
     urls = [u for u in re.split(r"[\s,]+", text.strip()) if u]
     for url in urls:
         parsed = urllib.parse.urlsplit(url)
+        if parsed.username is not None or parsed.password is not None:
+            shown = parsed._replace(netloc=parsed.netloc.rpartition("@")[2]).geturl()
+            raise UserError(
+                f"DDTREE_REPLICAS: {shown} carries user:password@, which would be printed and put on the "
+                "router's command line: give the replicas' key with DDTREE_API_KEY or DDTREE_API_KEY_FILE",
+                exit_code=EXIT_CANNOT_RUN,
+            )
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise UserError(
                 f"DDTREE_REPLICAS: {url!r} is not an http(s) URL with a host; "

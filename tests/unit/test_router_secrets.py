@@ -88,3 +88,12 @@ def test_router_refuses_a_secret_option_in_any_spelling(spelling: str) -> None:
     assert "DDTREE_API_KEY" in str(caught.value) and "leak-1234" not in str(caught.value)
     with pytest.raises(UserError):
         router_cmd.router_command({"DDTREE_REPLICAS": "http://gpu-1:30000"}, [spelling, "leak-1234"])
+
+
+def test_a_replica_url_with_a_password_is_refused_without_printing_it() -> None:
+    with pytest.raises(UserError) as caught:
+        router_cmd.router_command(
+            {"DDTREE_REPLICAS": "http://gpu-1:30000 http://admin:pw-0123456789@gpu-2:30000"}
+        )
+    assert "http://gpu-2:30000 carries user:password@" in str(caught.value)
+    assert "pw-0123456789" not in str(caught.value) and "admin" not in str(caught.value)
