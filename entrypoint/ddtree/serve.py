@@ -18,7 +18,8 @@ Environment overrides (all optional; the profile gives the defaults):
     DDTREE_API_KEY         the server's API key (never on a command line: see "Secrets" below)
     DDTREE_API_KEY_FILE    a file holding it (a compose/Docker secret: then not in `docker inspect` either)
     DDTREE_EXTRA_ARGS      more server arguments, shell-quoted, appended before the ones after `--`
-    DDTREE_SKIP_CHECKS     comma list of checks to skip: weights, drafter, gpu, shm, port
+    DDTREE_SKIP_CHECKS     comma list of checks to skip: weights, drafter, gpu, shm, port, tree (the
+                           whole-tree digest measured for /server_info in the image; see measured_tree)
     DDTREE_MIN_SHM_GIB     the /dev/shm floor (default 1)
     DDTREE_MODEL_TYPE      the config.json model_type the weights must have (default kimi_k25)
     DDTREE_ALLOW_ARCH_MISMATCH=1   run on a GPU architecture other than the target's
@@ -83,7 +84,7 @@ DEFAULT_DRAFTER_DIR = "/models/drafter"
 SERVER_MODULE = "sglang.launch_server"
 # The profile schema has no model type field; Kimi K2.6 loads as kimi_k25 (DDTREE_MODEL_TYPE overrides).
 EXPECTED_MODEL_TYPE = "kimi_k25"
-CHECK_NAMES = ("weights", "drafter", "gpu", "shm", "port")
+CHECK_NAMES = ("weights", "drafter", "gpu", "shm", "port", "tree")
 
 # Flags whose value is a secret, and token shapes masked wherever they appear.
 SECRET_FLAGS = frozenset({"--api-key", "--admin-api-key", "--ssl-keyfile-password", "--hf-token", "--token"})
@@ -573,6 +574,24 @@ def preflight(
     if "port" not in skip:
         port, host = check_port(launch)
         log(f"ok   port     {host}:{port} is free")
+    if "tree" not in skip:
+        launch.environment.update(measured_tree(log))
+
+
+def measured_tree(log: Callable[[str], None]) -> dict[str, str]:
+    """In the image: the whole-tree digest measured now (a few seconds on the cores), exported to the server
+    as DDTREE_SERVED_TREE_SHA256 for its /server_info (patch ddtree-served-identity): a receipt then names
+    the files that served, also in an image built FROM this one. Outside an image (no baked identity): {}."""
+    from ddtree import image_identity, tree_identity
+
+    if not tree_identity.IDENTITY_FILE.is_file():
+        return {}
+    site, extra = tree_identity.image_roots()
+    report = tree_identity.scan(site, extra)
+    baked = (tree_identity.read_identity(tree_identity.IDENTITY_FILE) or {}).get("digest")
+    same = "the build's" if report.digest == baked else f"NOT the build's {str(baked)[:16]}"
+    log(f"ok   tree     {report.digest[:16]} ({same}; {report.files} files, {report.seconds:.1f} s)")
+    return {image_identity.SERVED_TREE_ENV: report.digest}
 
 
 def check_weights(launch: Launch) -> weights.ModelSummary:

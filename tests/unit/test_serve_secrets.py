@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ddtree import serve
+from ddtree import image_identity, serve
 from ddtree.errors import UserError
 
 from tests.unit.test_ddtree_sglang import TINY_TARGET, sglang_cpu_path  # noqa: F401 (a pytest fixture)
@@ -109,7 +109,14 @@ def compiled(module, name, scope):
 async def states():
     return [state]
 manager = NS(server_args=server_args, get_internal_state=states)
+from ddtree import image_identity  # the stand-in's image: the labels file the test wrote
+image_identity.LABEL_FILES = (__import__("pathlib").Path(os.environ["TEST_IMAGE_LABELS"]),)
+try:
+    ddtree_image = compiled("entrypoints/http_server.py", "_ddtree_image", {})
+except StopIteration:  # a series without the patch ddtree-served-identity
+    ddtree_image = lambda: None
 server_info = compiled("entrypoints/http_server.py", "server_info", {
+    "_ddtree_image": ddtree_image,
     "dataclasses": dataclasses, "List": list, "Dict": dict, "Any": object, "__version__": "test",
     "without_secret_args": getattr(sa, "without_secret_args", lambda d: d),
     "_global_state": NS(tokenizer_manager=manager, scheduler_info={})})
@@ -261,7 +268,10 @@ def test_real_sglang_reads_the_keys_and_does_not_log_them(
     )
     env = _serve_env(tmp_path, [str(shim), *sglang_cpu_path.split(os.pathsep)], extra)
     dump_file = tmp_path / "dumps" / "requests.pkl"
-    env.update(HF_TOKEN=HF_TOKEN, DUMP_FILE=str(dump_file))
+    labels = {"io.ddtree.target": "pro6000", "io.ddtree.tree.sha256": "c" * 64}
+    (tmp_path / "image-labels.json").write_text(json.dumps(labels))
+    env.update(HF_TOKEN=HF_TOKEN, DUMP_FILE=str(dump_file), DDTREE_SERVED_TREE_SHA256="d" * 64)
+    env["TEST_IMAGE_LABELS"] = str(tmp_path / "image-labels.json")
     secrets = (API_KEY, ADMIN_KEY, PW, HF_TOKEN)
     proc, log = _run_until_ready(env, timeout=600, after=("--ssl-keyfile-password", PW))
     try:
@@ -273,6 +283,9 @@ def test_real_sglang_reads_the_keys_and_does_not_log_them(
         assert "api_key" not in logged[0] and "ssl_keyfile_password" not in logged[0] and "port=" in logged[0]
         served = json.loads(next(line for line in log if line.startswith("SERVER_INFO ")).split(" ", 1)[1])
         assert served["tp_size"] == 1 and served["internal_states"][0]["tp_size"] == 1
+        # patch ddtree-served-identity: the server names its image and the tree serve measured
+        assert served["ddtree_image"]["key"] == image_identity.identity_key(labels, with_tree=False)
+        assert served["ddtree_image"]["tree_sha256_measured"] == "d" * 64
         answer = json.loads(next(ln for ln in log if ln.startswith("SET_INTERNAL_STATE ")).split(" ", 1)[1])
         assert answer["pp_max_micro_batch_size"] == 1
         for name in ("api_key", "admin_api_key", "ssl_keyfile_password"):
