@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 
 import pytest
-from ddtree import image_identity, serve
+from ddtree import image_identity, receipt, serve
+from ddtree.bench.serverinfo import server_settings
 from ddtree.errors import UserError
 
 from tests.unit.test_ddtree_sglang import TINY_TARGET, sglang_cpu_path  # noqa: F401 (a pytest fixture)
@@ -222,7 +223,7 @@ def test_api_key_never_on_a_command_line(tmp_path: Path) -> None:
     (fake / "sglang" / "__init__.py").write_text("")
     (fake / "sglang" / "launch_server.py").write_text(STAND_IN)
     env = _serve_env(tmp_path, [str(fake)], "--log-level info")
-    proc, log = _run_until_ready(env, timeout=30)
+    proc, log = _run_until_ready(env, timeout=120)  # a loaded 2-core machine
     try:
         assert f"api-key sha256 {_sha(API_KEY)}" in log  # the server got the key from the file
         assert f"admin-api-key sha256 {_sha(ADMIN_KEY)}" in log  # and the one given after --
@@ -291,6 +292,10 @@ def test_real_sglang_reads_the_keys_and_does_not_log_them(
         for name in ("api_key", "admin_api_key", "ssl_keyfile_password"):
             assert name not in served and name not in served["internal_states"][0] and name not in answer
         assert dump_file.stat().st_size > 0
+        # a receipt records the server's settings from that answer
+        document = receipt.build("live", server=server_settings(served), figures={}, greedy={}, checks=[],
+                                 verdict="REPRODUCED", image={}, host={})  # fmt: skip
+        assert not [s for s in secrets if s in json.dumps(document)]
         _assert_no_secret_anywhere(proc, log, secrets)
         dumped = dump_file.read_bytes()
         assert b"server_args" in dumped and not [s for s in secrets if s.encode() in dumped]
