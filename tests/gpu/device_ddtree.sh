@@ -31,7 +31,12 @@
 #      inside DDTREE steps.
 #   8. core (not in `all`): tests/gpu/test_ddtree_core_gpu.py (kernels vs torch, the Triton sampling kernels
 #      vs the torch reference, no sync, graph replay) and benchmarks/ddtree_core_bench.py ($OUT/core_bench.json).
-# usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|live|all|warm|stress|steps|core]
+#   9. secrets (tests/gpu/secrets_tiny.py, not in `all`): `ddtree serve` (user key from a file, admin key after
+#      --, HF_TOKEN set) and `ddtree router` (when sglang-router is installed) on the tiny models; the keys must
+#      be enforced, and no key or token may show in /server_info, /get_server_info, any process's cmdline or
+#      environ, the logs, the request dumps, the receipt or the Dockerfile. Exit 0 none found, 1 a leak
+#      (`LEAK <secret> in <place>`), 2 the server never got ready. About 1.5-3 minutes.
+# usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|live|all|warm|stress|steps|core|secrets]
 #   SMOKE_TP=2 (or 4): the smoke's servers run tensor-parallel over that many GPUs (the TP top-k merge).
 #   STRESS_TP=2: the stress servers run tensor-parallel, and the odd requests sample (T 0.8, top-p 0.9).
 #   STRESS_ARGS="--budget 4": more stress_ddtree.py flags (--budget 4: block size 8 > budget + 1;
@@ -77,6 +82,9 @@ if [ "$what" = stress ]; then
   run_step stress python3 tests/gpu/stress_ddtree.py --out "$OUT/stress" --tp "${STRESS_TP:-1}" ${STRESS_ARGS:-}
   grep -hE "Traceback|Mem Leak|DFLASH draft OOM|#retracted_reqs|DDTREE" "$OUT"/stress/server-stress-*.log 2>/dev/null \
     | sed -E 's/[0-9]+/N/g' | sort | uniq -c | sort -rn | head -20
+fi
+if [ "$what" = secrets ]; then
+  run_step secrets python3 tests/gpu/secrets_tiny.py --out "$OUT/secrets"
 fi
 if [ "$what" = steps ]; then
   run_step steps python3 tests/gpu/ddtree_step_checks.py --out "$OUT"
