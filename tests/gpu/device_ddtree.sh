@@ -31,12 +31,16 @@
 #      inside DDTREE steps.
 #   8. core (not in `all`): tests/gpu/test_ddtree_core_gpu.py (kernels vs torch, the Triton sampling kernels
 #      vs the torch reference, no sync, graph replay) and benchmarks/ddtree_core_bench.py ($OUT/core_bench.json).
-#   9. secrets (tests/gpu/secrets_tiny.py, not in `all`): `ddtree serve` (user key from a file, admin key after
+#   9. verify (not in `all`): tests/gpu/test_verify_attention_gpu.py (the split-KV target-verify attention of
+#      patch ddtree-splitkv-verify vs extend_attention_fwd and torch, graph replay, no sync, the timing table;
+#      under 2 minutes) and benchmarks/verify_attention_bench.py (contexts 256..32768 x bs 1/8/32, pair
+#      shapes, $OUT/verify_attention_bench.json; about 1-2 minutes).
+#  10. secrets (tests/gpu/secrets_tiny.py, not in `all`): `ddtree serve` (user key from a file, admin key after
 #      --, HF_TOKEN set) and `ddtree router` (when sglang-router is installed) on the tiny models; the keys must
 #      be enforced, and no key or token may show in /server_info, /get_server_info, any process's cmdline or
 #      environ, the logs, the request dumps, the receipt or the Dockerfile. Exit 0 none found, 1 a leak
 #      (`LEAK <secret> in <place>`), 2 the server never got ready. About 1.5-3 minutes.
-# usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|live|all|warm|stress|steps|core|secrets]
+# usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|live|all|warm|stress|steps|core|verify|secrets]
 #   SMOKE_TP=2 (or 4): the smoke's servers run tensor-parallel over that many GPUs (the TP top-k merge).
 #   STRESS_TP=2: the stress servers run tensor-parallel, and the odd requests sample (T 0.8, top-p 0.9).
 #   STRESS_ARGS="--budget 4": more stress_ddtree.py flags (--budget 4: block size 8 > budget + 1;
@@ -96,5 +100,13 @@ if [ "$what" = core ]; then
   python3 benchmarks/ddtree_core_bench.py --json "$OUT/core_bench.json"
   rc=$((rc | $?))
   echo "core: $((SECONDS - t)) s"
+fi
+if [ "$what" = verify ]; then
+  t=$SECONDS
+  python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_verify_attention_gpu.py 2>&1 | tail -40
+  rc=$((rc | PIPESTATUS[0]))
+  python3 benchmarks/verify_attention_bench.py --splits 4 8 16 32 64 --json "$OUT/verify_attention_bench.json" | tail -60
+  rc=$((rc | PIPESTATUS[0]))
+  echo "verify: $((SECONDS - t)) s"
 fi
 exit $rc

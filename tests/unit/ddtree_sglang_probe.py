@@ -11,6 +11,7 @@ import contextlib
 import copy
 import io
 import json
+import os
 import socket
 import sys
 import traceback
@@ -904,6 +905,9 @@ def main() -> None:
         _init_single_process_groups(args)
         facts["cuda_graph"] = _cuda_graph_facts(args)
         facts["verify"] = _verify_facts()
+        os.environ["SGLANG_DFLASH_FAST_STEP"] = "0"  # patch 0008's switch: the device-mask keep path
+        facts["verify_device_masks"] = _verify_facts()
+        os.environ.pop("SGLANG_DFLASH_FAST_STEP")
         facts["prepare"] = _prepare_facts()
         facts["sampling"] = _sampling_facts()
         facts["topk"] = _topk_facts()

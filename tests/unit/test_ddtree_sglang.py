@@ -39,6 +39,7 @@ from ddtree_build.paths import CACHE_DIR, PATCHES_DIR, REPO_ROOT
 REQUIREMENTS = REPO_ROOT / "requirements" / "sglang-cpu-test.txt"
 PROBE = Path(__file__).with_name("ddtree_sglang_probe.py")
 ENV_ROOT = CACHE_DIR / "sglang-cpu"
+KEEP_PATCHED_TREES = 4  # patched trees of other series digests kept beside the current one
 TORCHVISION_STUB = '''"""CPU test stub of torchvision (see tests/unit/test_ddtree_sglang.py).
 
 PyPI's torchvision wheels link the CUDA torch libraries; sglang and transformers only touch torchvision names
@@ -152,10 +153,12 @@ def _build_patched(deps: Path, folder: Path) -> None:
     )  # fmt: skip
     if done.returncode != 0:
         pytest.fail(f"applying the patch series to the CPU sglang failed:\n{done.stdout}\n{done.stderr}")
-    for old in folder.parent.glob("patched-*"):
-        if old not in (folder, scratch):
-            shutil.rmtree(old, ignore_errors=True)
     os.replace(scratch, folder)
+    # Keep a few recent trees besides this one: checkouts of other branches (worktrees sharing .cache) may be
+    # using theirs right now; older ones go.
+    others = [p for p in folder.parent.glob("patched-*") if p != folder and not p.name.endswith(".partial")]
+    for old in sorted(others, key=lambda p: p.stat().st_mtime, reverse=True)[KEEP_PATCHED_TREES:]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -298,6 +301,12 @@ def test_verify_keeps_only_the_accepted_chain(facts: dict) -> None:
     assert v["req_to_token_0"][:3] == v["kept_slots"][:3]
     assert v["req_to_token_1"][0] == v["kept_slots"][3]
     assert v["seq_lens"] == [7, 7] and v["seq_lens_sum"] == 14 and v["kv_committed"] == [3, 1]
+
+
+def test_verify_keeps_the_same_chain_by_host_indices_and_by_device_masks(facts: dict) -> None:
+    """Patch 0008's host-built keep/free indices (the default) and the device-mask path it replaces
+    (SGLANG_DFLASH_FAST_STEP=0) give the same KV, hidden rows and lengths."""
+    assert facts["verify"] == facts["verify_device_masks"]
 
 
 def test_prepare_for_verify_allocates_n_slots_and_the_tree_mask(facts: dict) -> None:
