@@ -145,3 +145,18 @@ def test_serve_measures_the_tree_and_a_changed_file_shows_in_the_served_identity
     assert derived is not None and "NOT the build's" in lines[-1]
     (problem,) = receipt.served_problems({"served_image": derived, "image": {}})
     assert problem.startswith("image: the server's files (tree ")
+
+
+def test_replicas_behind_a_router_must_run_one_image() -> None:
+    """A router's receipt records one replica's served identity; replicas of two images fail its step."""
+    from ddtree import live
+
+    def replica(url: str, key: str) -> live.LiveReport:
+        return live.LiveReport(url, live.REPRODUCED, server={"ddtree_image": {"key": key}})
+
+    same = live.check_replicas([replica("http://a:1", "1" * 64), replica("http://b:1", "1" * 64)])
+    assert same.status == "pass"
+    mixed = live.check_replicas([replica("http://a:1", "1" * 64), replica("http://b:1", "2" * 64)])
+    assert mixed.status == "fail"
+    expected = "the replicas run different images: http://a:1 111111111111, http://b:1 222222222222"
+    assert mixed.detail == expected
