@@ -272,7 +272,8 @@ def load(path: Path) -> dict[str, Any]:
 
 
 def is_receipt(data: Any) -> bool:
-    return isinstance(data, dict) and data.get("schema") == SCHEMA
+    """A ddtree receipt of any schema version (`bench compare` reads older ones; `verify` wants SCHEMA)."""
+    return isinstance(data, dict) and str(data.get("schema", "")).startswith("ddtree-receipt/")
 
 
 def problems(document: Mapping[str, Any], expected_labels: Mapping[str, str] | None = None) -> list[str]:

@@ -160,3 +160,8 @@ def test_replicas_behind_a_router_must_run_one_image() -> None:
     assert mixed.status == "fail"
     expected = "the replicas run different images: http://a:1 111111111111, http://b:1 222222222222"
     assert mixed.detail == expected
+
+
+def test_bench_compare_still_reads_an_older_receipt() -> None:
+    """verify wants this schema version; compare only needs a receipt's results and digest."""
+    assert receipt.is_receipt({"schema": "ddtree-receipt/1"}) and not receipt.is_receipt({"schema": "x/1"})
