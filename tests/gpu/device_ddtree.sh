@@ -35,7 +35,12 @@
 #      patch ddtree-splitkv-verify vs extend_attention_fwd and torch, graph replay, no sync, the timing table;
 #      under 2 minutes) and benchmarks/verify_attention_bench.py (contexts 256..32768 x bs 1/8/32, pair
 #      shapes, $OUT/verify_attention_bench.json; about 1-2 minutes).
-# usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|live|all|warm|stress|steps|core|verify]
+#  10. secrets (tests/gpu/secrets_tiny.py, not in `all`): `ddtree serve` (user key from a file, admin key after
+#      --, HF_TOKEN set) and `ddtree router` (when sglang-router is installed) on the tiny models; the keys must
+#      be enforced, and no key or token may show in /server_info, /get_server_info, any process's cmdline or
+#      environ, the logs, the request dumps, the receipt or the Dockerfile. Exit 0 none found, 1 a leak
+#      (`LEAK <secret> in <place>`), 2 the server never got ready. About 1.5-3 minutes.
+# usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|live|all|warm|stress|steps|core|verify|secrets]
 #   SMOKE_TP=2 (or 4): the smoke's servers run tensor-parallel over that many GPUs (the TP top-k merge).
 #   DDTREE_SMOKE_ARCH=mla: the smoke's target is Kimi K2.6's architecture (DeepSeek-V3 MLA + MoE, tiny:
 #   ddtree.smoke_models_mla) instead of Qwen3's; STRESS_ARGS="--arch mla" does the same for the stress.
@@ -83,6 +88,9 @@ if [ "$what" = stress ]; then
   run_step stress python3 tests/gpu/stress_ddtree.py --out "$OUT/stress" --tp "${STRESS_TP:-1}" ${STRESS_ARGS:-}
   grep -hE "Traceback|Mem Leak|DFLASH draft OOM|#retracted_reqs|DDTREE" "$OUT"/stress/server-stress-*.log 2>/dev/null \
     | sed -E 's/[0-9]+/N/g' | sort | uniq -c | sort -rn | head -20
+fi
+if [ "$what" = secrets ]; then
+  run_step secrets python3 tests/gpu/secrets_tiny.py --out "$OUT/secrets"
 fi
 if [ "$what" = steps ]; then
   run_step steps python3 tests/gpu/ddtree_step_checks.py --out "$OUT"
