@@ -558,7 +558,7 @@ def _request_facts() -> dict:
 
 
 def _batch_invariant_facts() -> dict:
-    """The worker's last line of defence: a verify batch with a custom logit processor (penalties are served)."""
+    """The worker's last line of defence: a verify batch with a custom logit processor (penalties: served)."""
     from sglang.srt.speculative.ddtree_worker import unsupported_sampling_in_batch
 
     def info(required: bool, custom: bool):

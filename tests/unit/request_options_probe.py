@@ -70,7 +70,9 @@ def _batch(reqs):
 def _feed(batch, tokens_per_step):
     """Plain decoding's feeding: one token per request per step (ScheduleBatch.prepare_for_decode)."""
     for step in tokens_per_step:
-        batch.sampling_info.penalizer_orchestrator.cumulate_output_tokens(torch.tensor(step, dtype=torch.int64))
+        batch.sampling_info.penalizer_orchestrator.cumulate_output_tokens(
+            torch.tensor(step, dtype=torch.int64)
+        )
 
 
 def reference_row(settings: dict, fed: list[int], row_logits: torch.Tensor) -> torch.Tensor:
@@ -123,7 +125,9 @@ def tree_case(seed: int, size: int, history_len: int, chain: bool) -> dict:
     tokens = torch.stack([t for t, _ in trees])
     mask = chain_mask(bs, size, "cpu") if chain else torch.stack([m for _, m in trees])
     if chain:
-        tokens = torch.tensor([[rng.choice([EOS, STOP, 7, 9, 11, 12]) for _ in range(size)] for _ in range(bs)])
+        tokens = torch.tensor(
+            [[rng.choice([EOS, STOP, 7, 9, 11, 12]) for _ in range(size)] for _ in range(bs)]
+        )
     histories = [[rng.choice([7, 9, 11, 12, 13, 20]) for _ in range(history_len)] for _ in range(bs)]
     logits = torch.randn(bs * size, VOCAB) * 3
     batch = _batch([_request(**s) for s in REQUEST_SETTINGS])
@@ -150,7 +154,7 @@ def tree_case(seed: int, size: int, history_len: int, chain: bool) -> dict:
     result["per_request_matches_reference"] = bool(torch.equal(repeated[keep], want[keep]))
     result["changed_rows"] = int((got != logits).any(dim=1).sum())
     result["min_new_boundary_inside"] = bool(
-        torch.isneginf(got[: size, EOS]).any() and torch.isfinite(got[: size, EOS]).any()
+        torch.isneginf(got[:size, EOS]).any() and torch.isfinite(got[:size, EOS]).any()
     )
     return result
 
@@ -165,16 +169,20 @@ def advance_case(seed: int, steps: int, size: int) -> dict:
     batch = _batch([_request(**s) for s in REQUEST_SETTINGS])
     outputs = [[rng.choice([7, 9, 11])] for _ in range(bs)]  # the prefill's token: the first root
     for _ in range(steps):
-        kept = torch.tensor([[o[-1]] + [rng.choice([7, 9, 11, 12, 13, 20]) for _ in range(size - 1)] for o in outputs])
+        kept = torch.tensor(
+            [[o[-1]] + [rng.choice([7, 9, 11, 12, 13, 20]) for _ in range(size - 1)] for o in outputs]
+        )
         commit = torch.tensor([rng.randint(1, size) for _ in range(bs)], dtype=torch.int32)
         advance_penalties(batch.sampling_info, kept, commit)
         for b in range(bs):
             # commit tokens appended: commit - 1 accepted drafts, then the bonus (any token)
-            outputs[b] += kept[b, 1 : int(commit[b])].tolist() + [rng.choice([7, 9, 11, EOS])]
+            outputs[b] += [*kept[b, 1 : int(commit[b])].tolist(), rng.choice([7, 9, 11, EOS])]
     # The state now counts every output token but the last (the next root).
     logits = torch.randn(bs * size, VOCAB) * 3
     roots = torch.tensor([o[-1] for o in outputs])
-    tokens = torch.stack([torch.cat([roots[b : b + 1], torch.tensor([9, 7, EOS, 11][: size - 1])]) for b in range(bs)])
+    tokens = torch.stack(
+        [torch.cat([roots[b : b + 1], torch.tensor([9, 7, EOS, 11][: size - 1])]) for b in range(bs)]
+    )
     got = logits.clone()
     adjust_verify_logits(got, batch.sampling_info, tokens, chain_mask(bs, size, "cpu"))
     want = torch.empty_like(logits)

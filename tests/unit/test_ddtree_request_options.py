@@ -1,4 +1,4 @@
-"""Request options per verify row (patch ddtree-request-options) in the real, patched sglang 0.5.13.post1 on CPU.
+"""Request options per verify row (patch ddtree-request-options) in the real patched sglang on CPU.
 
 tree_penalties.adjust_verify_logits adjusts every row of a DDTREE tree (or a DFLASH chain) for the output it
 would follow; the reference (tests/unit/request_options_probe.py) is plain decoding one token at a time:

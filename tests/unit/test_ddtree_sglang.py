@@ -360,11 +360,22 @@ def test_only_custom_logit_processors_are_refused_under_ddtree_and_dflash(facts:
     """Penalties, min_new_tokens, logit bias and stops are served per tree row (patch ddtree-request-options);
     a custom logit processor is a one-line 400 from the scheduler's check, under DDTREE and DFLASH alike."""
     r = facts["requests"]
-    for case in ("plain", "greedy_logit_bias", "frequency", "presence", "repetition", "min_new_tokens", "several"):
+    for case in (
+        "plain",
+        "greedy_logit_bias",
+        "frequency",
+        "presence",
+        "repetition",
+        "min_new_tokens",
+        "several",
+    ):
         assert r[case] is None, (case, r[case])
     for case, mode in (("custom_logit_processor", "DDTREE"), ("dflash_custom_logit_processor", "DFLASH")):
         message = r[case]
-        assert message and message.startswith(f"{mode} speculative decoding does not support"), (case, message)
+        assert message and message.startswith(f"{mode} speculative decoding does not support"), (
+            case,
+            message,
+        )
         assert "custom_logit_processor" in message and "\n" not in message, message
     assert r["dflash_penalties"] is None
     assert r["dflash_has_no_extra_check"], "the scheduler hook must leave plain DFLASH's enum unchanged"
