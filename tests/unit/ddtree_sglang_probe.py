@@ -554,6 +554,17 @@ def _request_facts() -> dict:
     out["dflash_custom_logit_processor"] = validate_dflash_request(dflash_req)
     dflash_req.custom_logit_processor = None
     out["dflash_penalties"] = validate_dflash_request(dflash_req)
+    from sglang.srt.speculative.tree_penalties import custom_logit_processor_refusal
+
+    # What the tokenizer manager and /generate (streams, before the HTTP 200) ask of a GenerateReqInput field.
+    processor = '{"callable": "x"}'
+    out["refusal"] = {
+        "ddtree": custom_logit_processor_refusal(processor, "DDTREE"),
+        "dflash_batch": custom_logit_processor_refusal([None, processor], "DFLASH"),
+        "batch_without": custom_logit_processor_refusal([None, None], "DDTREE"),
+        "plain": custom_logit_processor_refusal(processor, None),
+        "eagle": custom_logit_processor_refusal(processor, "EAGLE"),
+    }
     return out
 
 

@@ -378,6 +378,12 @@ def test_only_custom_logit_processors_are_refused_under_ddtree_and_dflash(facts:
         )
         assert "custom_logit_processor" in message and "\n" not in message, message
     assert r["dflash_penalties"] is None
+    front = r["refusal"]
+    assert front["ddtree"] and front["ddtree"].startswith("DDTREE speculative decoding does not support"), (
+        front
+    )
+    assert front["dflash_batch"] and front["dflash_batch"].startswith("DFLASH"), front
+    assert front["batch_without"] is None and front["plain"] is None and front["eagle"] is None, front
     assert r["dflash_has_no_extra_check"], "the scheduler hook must leave plain DFLASH's enum unchanged"
 
 
