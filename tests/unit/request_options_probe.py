@@ -193,6 +193,160 @@ def advance_case(seed: int, steps: int, size: int) -> dict:
     return {**_compare(got, want), "output_lens": [len(o) for o in outputs]}
 
 
+DECODE_SETTINGS = [
+    {"repetition_penalty": 1.6},  # breaks the 7 <-> 9 loop
+    {"frequency_penalty": 0.9, "presence_penalty": 0.6},
+    {"min_new_tokens": 14},  # EOS is the greedy choice after 11
+    {"logit_bias": {"12": 3.0, "9": -2.0}},
+    {"frequency_penalty": 0.4, "repetition_penalty": 1.2, "min_new_tokens": 6, "stop_token_ids": [STOP]},
+    {},
+]
+MAX_NEW = 24
+
+
+class _DecodeReq:
+    """A request as verify() and the penalizers see it: real SamplingParams, output_ids, finish on EOS / the
+    request's stop ids (as Req.update_finish_state, min_new_tokens being the penalizer's job) or length."""
+
+    def __init__(self, settings: dict, first_token: int):
+        base = _request(temperature=0.0, **settings)
+        self.sampling_params = base.sampling_params
+        self.tokenizer = base.tokenizer
+        self.custom_logit_processor = None
+        self.output_ids = [first_token]  # the prefill's token
+        self.origin_input_ids = [1, 2]
+        self.grammar = None
+        self.spec_verify_ct = self.spec_num_correct_drafts = 0
+        self.kv_committed_len = self.kv_allocated_len = 0
+        self._finished = False
+
+    def update_finish_state(self) -> None:
+        stops = {EOS} | set(self.sampling_params.stop_token_ids or ())
+        self._finished = len(self.output_ids) >= MAX_NEW or self.output_ids[-1] in stops
+
+    def finished(self) -> bool:
+        return self._finished
+
+
+def markov_table(seed: int) -> torch.Tensor:
+    """The target: logits depend on the current token only; greedy loops 7 <-> 9, says EOS after 11."""
+    gen = torch.Generator().manual_seed(seed)
+    table = torch.randn(VOCAB, VOCAB, generator=gen) * 1.5
+    table[7, 9] = table[9, 7] = 9.0
+    table[9, 11] = table[7, 11] = 7.5
+    table[11, EOS] = 10.0
+    table[12, STOP] = 6.0
+    table[:, 0] = -30.0  # the padding token
+    return table
+
+
+def plain_greedy(settings: dict, first: int, table: torch.Tensor) -> list[int]:
+    """Plain decoding: one token per step, the penalizers fed everything emitted so far."""
+    req = _DecodeReq(settings, first)
+    while True:
+        row = reference_row(settings, req.output_ids, table[req.output_ids[-1]])
+        req.output_ids.append(int(row.argmax()))
+        req.update_finish_state()
+        if req.finished():
+            return req.output_ids
+
+
+def speculative_greedy(mode: str, firsts: list[int], table: torch.Tensor, seed: int) -> dict:
+    """The whole batch decoded by DDTreeVerifyInput.verify (trees) or DFlashVerifyInput.verify (chains):
+    drafts are the unpenalised target's greedy chain, sometimes perturbed; finished requests leave the batch
+    through SamplingBatchInfo.filter_batch, as the scheduler does."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.speculative import ddtree_info, dflash_info
+    from sglang.srt.speculative.ddtree_utils import build_ddtree, verify_input_ids
+
+    def assign(req_pool_indices, req_to_token, start, end, out_cache_loc, bs):  # Triton kernel stand-in
+        pass
+
+    ddtree_info.assign_req_to_token_pool_func = assign
+    dflash_info.assign_req_to_token_pool_func = assign
+    gen = torch.Generator().manual_seed(seed)
+    reqs = [_DecodeReq(s, f) for s, f in zip(DECODE_SETTINGS, firsts, strict=True)]
+    batch = _batch(reqs)
+    done: dict[int, list[int]] = {}
+    alive = list(range(len(reqs)))
+    steps = accepted = 0
+    depth, budget, topk = 4, 8, 3
+    while alive:
+        bs = len(batch.reqs)
+        roots = torch.tensor([r.output_ids[-1] for r in batch.reqs])
+        chain = [roots]
+        logp = []
+        for _ in range(depth):
+            dist = table[chain[-1]] + torch.randn(bs, VOCAB, generator=gen) * 1.5
+            logp.append(torch.log_softmax(dist, dim=-1))
+            chain.append(dist.argmax(dim=-1))
+        if mode == "ddtree":
+            tree = build_ddtree(torch.stack(logp, dim=1), budget, topk)
+            size = budget + 1
+            spec = ddtree_info.DDTreeVerifyInput(
+                draft_token=verify_input_ids(tree, roots).reshape(-1),
+                positions=torch.zeros(bs * size, dtype=torch.long),
+                draft_token_num=size,
+                tree=tree,
+            )
+        else:
+            size = depth + 1
+            spec = dflash_info.DFlashVerifyInput(
+                draft_token=torch.stack(chain, dim=1).reshape(-1),
+                positions=torch.zeros(bs * size, dtype=torch.long),
+                draft_token_num=size,
+            )
+        seq_lens = torch.full((bs,), 10, dtype=torch.int64)
+        batch.forward_mode = ForwardMode.TARGET_VERIFY
+        batch.batch_size = lambda n=bs: n
+        batch.out_cache_loc = torch.arange(bs * size, dtype=torch.int64)
+        batch.token_to_kv_pool_allocator = types.SimpleNamespace(free=lambda x: None)
+        batch.req_pool_indices = torch.arange(bs)
+        batch.req_to_token_pool = types.SimpleNamespace(req_to_token=torch.zeros((bs, 64), dtype=torch.int64))
+        batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum = (
+            seq_lens.clone(),
+            seq_lens.clone(),
+            int(seq_lens.sum()),
+        )
+        logits = table[spec.draft_token].clone()
+        hidden = torch.zeros(bs * size, 2)
+        output = types.SimpleNamespace(next_token_logits=logits, hidden_states=hidden)
+        _, _, _, correct = spec.verify(batch=batch, logits_output=output, page_size=1)
+        steps += 1
+        accepted += sum(correct)
+        keep = [i for i, r in enumerate(batch.reqs) if not r.finished()]
+        for i, r in enumerate(batch.reqs):
+            if r.finished():
+                done[alive[i]] = r.output_ids
+        if len(keep) < bs:
+            alive = [alive[i] for i in keep]
+            batch.reqs = [batch.reqs[i] for i in keep]
+            if keep:
+                batch.sampling_info.filter_batch(keep, torch.tensor(keep))
+        if steps > 4 * MAX_NEW:
+            raise RuntimeError(f"{mode}: no progress after {steps} steps")
+    return {"outputs": [done[i] for i in range(len(reqs))], "steps": steps, "accepted": accepted}
+
+
+def decode_case(seed: int) -> dict:
+    """Greedy decoding of a batch with different options: DDTREE and DFLASH verify vs plain decoding."""
+    table = markov_table(seed)
+    firsts = [7, 9, 11, 7, 7, 7]  # 11: EOS is next, unless min_new_tokens bans it
+    plain = [plain_greedy(s, f, table) for s, f in zip(DECODE_SETTINGS, firsts, strict=True)]
+    unpenalised = [plain_greedy({}, f, table) for f in firsts]
+    out: dict = {"plain": plain}
+    for mode in ("ddtree", "dflash"):
+        got = speculative_greedy(mode, firsts, table, seed)
+        out[mode] = {
+            "equal": [a == b for a, b in zip(got["outputs"], plain, strict=True)],
+            "outputs": got["outputs"],
+            "steps": got["steps"],
+            "accepted": got["accepted"],
+        }
+    out["options_change_output"] = [a != b for a, b in zip(plain, unpenalised, strict=True)]
+    return out
+
+
 def main() -> dict:
     facts: dict = {}
     facts["tree_n9"] = tree_case(seed=1, size=9, history_len=4, chain=False)
@@ -200,6 +354,7 @@ def main() -> dict:
     facts["tree_fresh"] = tree_case(seed=3, size=9, history_len=0, chain=False)
     facts["chain_b8"] = tree_case(seed=4, size=8, history_len=3, chain=True)
     facts["advance"] = advance_case(seed=5, steps=3, size=5)
+    facts["decode"] = decode_case(seed=6)
     return facts
 
 

@@ -59,3 +59,24 @@ def test_advancing_by_committed_rows_equals_plain_decodings_feeding(facts: dict)
     got = facts["advance"]
     assert got["same_inf"] and got["max_abs_diff"] == 0.0 and got["argmax_equal"], got
     assert min(got["output_lens"]) > 4, "the steps should commit several tokens per request"
+
+
+@pytest.mark.parametrize("mode", ["ddtree", "dflash"])
+def test_speculative_greedy_decoding_equals_plain_decoding_with_every_option(facts: dict, mode: str) -> None:
+    """Whole decodes through DDTreeVerifyInput.verify / DFlashVerifyInput.verify on a Markov target (a logit
+    table: a 7 <-> 9 loop that penalties break, EOS right after 11 that min_new_tokens bans), six requests
+    with different options in one batch, finished ones filtered out as the scheduler does."""
+    got = facts["decode"][mode]
+    assert all(got["equal"]), (
+        f"{mode} differs from plain decoding: {got['outputs']} vs {facts['decode']['plain']}"
+    )
+    assert got["accepted"] > got["steps"], (
+        f"{mode}: too few drafts accepted to exercise multi-token steps: {got}"
+    )
+
+
+def test_decode_options_change_the_greedy_output(facts: dict) -> None:
+    """Each option's request decodes differently from the same request without options (the last has none)."""
+    changed = facts["decode"]["options_change_output"]
+    assert changed == [True] * (len(changed) - 1) + [False], changed
+    assert len(facts["decode"]["plain"][2]) > 14, "min_new_tokens 14 must keep EOS away for 14 tokens"
