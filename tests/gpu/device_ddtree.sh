@@ -31,7 +31,10 @@
 #      inside DDTREE steps.
 #   8. core (not in `all`): tests/gpu/test_ddtree_core_gpu.py (kernels vs torch, the Triton sampling kernels
 #      vs the torch reference, no sync, graph replay) and benchmarks/ddtree_core_bench.py ($OUT/core_bench.json).
-# usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|live|all|warm|stress|steps|core]
+#   9. options (not in `all`): tests/gpu/request_options_gpu.py: per-row request options (penalties,
+#      min_new_tokens, logit_bias) on CUDA equal to CPU, no host sync, one CUDA graph replays like eager; their
+#      cost at bs 32, budget 16, vocabulary 163840 ($OUT/request_options.json). Under a minute.
+# usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|live|all|warm|stress|steps|core|options]
 #   SMOKE_TP=2 (or 4): the smoke's servers run tensor-parallel over that many GPUs (the TP top-k merge).
 #   STRESS_TP=2: the stress servers run tensor-parallel, and the odd requests sample (T 0.8, top-p 0.9).
 #   STRESS_ARGS="--budget 4": more stress_ddtree.py flags (--budget 4: block size 8 > budget + 1;
@@ -80,6 +83,9 @@ if [ "$what" = stress ]; then
 fi
 if [ "$what" = steps ]; then
   run_step steps python3 tests/gpu/ddtree_step_checks.py --out "$OUT"
+fi
+if [ "$what" = options ]; then
+  run_step options python3 tests/gpu/request_options_gpu.py --json "$OUT/request_options.json"
 fi
 if [ "$what" = core ]; then
   t=$SECONDS

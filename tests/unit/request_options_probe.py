@@ -56,14 +56,14 @@ class _StubBatch(types.SimpleNamespace):
     __slots__ = ("__weakref__",)
 
 
-def _batch(reqs):
+def _batch(reqs, device: str = "cpu", vocab: int = VOCAB):
     from sglang.srt.sampling import sampling_batch_info as sbi
 
     sbi.get_global_server_args = lambda: types.SimpleNamespace(
         enable_deterministic_inference=False, enable_custom_logit_processor=False
     )
-    batch = _StubBatch(reqs=reqs, device="cpu")
-    batch.sampling_info = sbi.SamplingBatchInfo.from_schedule_batch(batch, VOCAB)
+    batch = _StubBatch(reqs=reqs, device=device)
+    batch.sampling_info = sbi.SamplingBatchInfo.from_schedule_batch(batch, vocab)
     return batch
 
 

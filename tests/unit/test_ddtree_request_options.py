@@ -80,3 +80,15 @@ def test_decode_options_change_the_greedy_output(facts: dict) -> None:
     changed = facts["decode"]["options_change_output"]
     assert changed == [True] * (len(changed) - 1) + [False], changed
     assert len(facts["decode"]["plain"][2]) > 14, "min_new_tokens 14 must keep EOS away for 14 tokens"
+
+
+def test_the_device_script_runs_its_equality_check_on_cpu(sglang_cpu_path: str) -> None:  # noqa: F811
+    """tests/gpu/request_options_gpu.py --device cpu: the script's own path (batches, trees, the step, the
+    verdict) works before it meets the H200; the CUDA parts run only there (device_ddtree.sh options)."""
+    script = Path(__file__).resolve().parents[1] / "gpu" / "request_options_gpu.py"
+    env = {**os.environ, "PYTHONPATH": sglang_cpu_path, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, str(script), "--device", "cpu"], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "ok   cpu equals CPU" in done.stdout and "request-options: PASS" in done.stdout, done.stdout
