@@ -77,7 +77,7 @@ def _feed(batch, tokens_per_step):
 
 def reference_row(settings: dict, fed: list[int], row_logits: torch.Tensor) -> torch.Tensor:
     """Plain decoding's adjusted logits for one request after it has fed `fed`, one token at a time."""
-    batch = _batch([_request(**settings)])
+    batch = _batch([_request(**settings)], vocab=row_logits.numel())
     _feed(batch, [[t] for t in fed])
     forward_copy = batch.sampling_info.copy_for_forward()
     out = row_logits.clone().view(1, -1)
@@ -251,10 +251,9 @@ def plain_greedy(settings: dict, first: int, table: torch.Tensor) -> list[int]:
             return req.output_ids
 
 
-def speculative_greedy(mode: str, firsts: list[int], table: torch.Tensor, seed: int) -> dict:
-    """The whole batch decoded by DDTreeVerifyInput.verify (trees) or DFlashVerifyInput.verify (chains):
-    drafts are the unpenalised target's greedy chain, sometimes perturbed; finished requests leave the batch
-    through SamplingBatchInfo.filter_batch, as the scheduler does."""
+def _verify_once(mode: str, batch, table: torch.Tensor, gen: torch.Generator) -> list[int]:
+    """One verify step for the whole batch on the Markov target: drafts are the unpenalised target's greedy
+    chain, perturbed; DDTREE builds a tree of budget 8 (top-k 3, depth 4), DFLASH verifies the chain."""
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
     from sglang.srt.speculative import ddtree_info, dflash_info
     from sglang.srt.speculative.ddtree_utils import build_ddtree, verify_input_ids
@@ -264,56 +263,64 @@ def speculative_greedy(mode: str, firsts: list[int], table: torch.Tensor, seed: 
 
     ddtree_info.assign_req_to_token_pool_func = assign
     dflash_info.assign_req_to_token_pool_func = assign
+    ddtree_info.get_tp_group = lambda: types.SimpleNamespace(world_size=1)  # one rank, no process group
+    depth, budget, topk = 4, 8, 3
+    bs = len(batch.reqs)
+    vocab = table.shape[1]
+    roots = torch.tensor([r.output_ids[-1] for r in batch.reqs])
+    chain = [roots]
+    logp = []
+    for _ in range(depth):
+        dist = table[chain[-1]] + torch.randn(bs, vocab, generator=gen) * 1.5
+        logp.append(torch.log_softmax(dist, dim=-1))
+        chain.append(dist.argmax(dim=-1))
+    if mode == "ddtree":
+        tree = build_ddtree(torch.stack(logp, dim=1), budget, topk)
+        size = budget + 1
+        spec = ddtree_info.DDTreeVerifyInput(
+            draft_token=verify_input_ids(tree, roots).reshape(-1),
+            positions=torch.zeros(bs * size, dtype=torch.long),
+            draft_token_num=size,
+            tree=tree,
+        )
+    else:
+        size = depth + 1
+        spec = dflash_info.DFlashVerifyInput(
+            draft_token=torch.stack(chain, dim=1).reshape(-1),
+            positions=torch.zeros(bs * size, dtype=torch.long),
+            draft_token_num=size,
+        )
+    seq_lens = torch.full((bs,), 10, dtype=torch.int64)
+    batch.forward_mode = ForwardMode.TARGET_VERIFY
+    batch.batch_size = lambda n=bs: n
+    batch.out_cache_loc = torch.arange(bs * size, dtype=torch.int64)
+    batch.token_to_kv_pool_allocator = types.SimpleNamespace(free=lambda x: None)
+    batch.req_pool_indices = torch.arange(bs)
+    batch.req_to_token_pool = types.SimpleNamespace(req_to_token=torch.zeros((bs, 64), dtype=torch.int64))
+    batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum = (
+        seq_lens.clone(),
+        seq_lens.clone(),
+        int(seq_lens.sum()),
+    )
+    logits = table[spec.draft_token].clone()
+    output = types.SimpleNamespace(next_token_logits=logits, hidden_states=torch.zeros(bs * size, 2))
+    _, _, _, correct = spec.verify(batch=batch, logits_output=output, page_size=1)
+    return correct
+
+
+def speculative_greedy(mode: str, firsts: list[int], table: torch.Tensor, seed: int) -> dict:
+    """The whole batch decoded by DDTreeVerifyInput.verify (trees) or DFlashVerifyInput.verify (chains);
+    finished requests leave the batch through SamplingBatchInfo.filter_batch, as the scheduler does."""
     gen = torch.Generator().manual_seed(seed)
     reqs = [_DecodeReq(s, f) for s, f in zip(DECODE_SETTINGS, firsts, strict=True)]
     batch = _batch(reqs)
     done: dict[int, list[int]] = {}
     alive = list(range(len(reqs)))
     steps = accepted = 0
-    depth, budget, topk = 4, 8, 3
     while alive:
         bs = len(batch.reqs)
-        roots = torch.tensor([r.output_ids[-1] for r in batch.reqs])
-        chain = [roots]
-        logp = []
-        for _ in range(depth):
-            dist = table[chain[-1]] + torch.randn(bs, VOCAB, generator=gen) * 1.5
-            logp.append(torch.log_softmax(dist, dim=-1))
-            chain.append(dist.argmax(dim=-1))
-        if mode == "ddtree":
-            tree = build_ddtree(torch.stack(logp, dim=1), budget, topk)
-            size = budget + 1
-            spec = ddtree_info.DDTreeVerifyInput(
-                draft_token=verify_input_ids(tree, roots).reshape(-1),
-                positions=torch.zeros(bs * size, dtype=torch.long),
-                draft_token_num=size,
-                tree=tree,
-            )
-        else:
-            size = depth + 1
-            spec = dflash_info.DFlashVerifyInput(
-                draft_token=torch.stack(chain, dim=1).reshape(-1),
-                positions=torch.zeros(bs * size, dtype=torch.long),
-                draft_token_num=size,
-            )
-        seq_lens = torch.full((bs,), 10, dtype=torch.int64)
-        batch.forward_mode = ForwardMode.TARGET_VERIFY
-        batch.batch_size = lambda n=bs: n
-        batch.out_cache_loc = torch.arange(bs * size, dtype=torch.int64)
-        batch.token_to_kv_pool_allocator = types.SimpleNamespace(free=lambda x: None)
-        batch.req_pool_indices = torch.arange(bs)
-        batch.req_to_token_pool = types.SimpleNamespace(req_to_token=torch.zeros((bs, 64), dtype=torch.int64))
-        batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum = (
-            seq_lens.clone(),
-            seq_lens.clone(),
-            int(seq_lens.sum()),
-        )
-        logits = table[spec.draft_token].clone()
-        hidden = torch.zeros(bs * size, 2)
-        output = types.SimpleNamespace(next_token_logits=logits, hidden_states=hidden)
-        _, _, _, correct = spec.verify(batch=batch, logits_output=output, page_size=1)
+        accepted += sum(_verify_once(mode, batch, table, gen))
         steps += 1
-        accepted += sum(correct)
         keep = [i for i, r in enumerate(batch.reqs) if not r.finished()]
         for i, r in enumerate(batch.reqs):
             if r.finished():
@@ -326,6 +333,68 @@ def speculative_greedy(mode: str, firsts: list[int], table: torch.Tensor, seed: 
         if steps > 4 * MAX_NEW:
             raise RuntimeError(f"{mode}: no progress after {steps} steps")
     return {"outputs": [done[i] for i in range(len(reqs))], "steps": steps, "accepted": accepted}
+
+
+CHI_SETTINGS = {
+    "temperature": 1.0,
+    "repetition_penalty": 1.5,
+    "frequency_penalty": 0.7,
+    "presence_penalty": 0.3,
+    "min_new_tokens": 2,
+    "logit_bias": {"4": 1.0},
+}
+
+
+def chi_square_case(trials: int = 20000, vocab: int = 10, root: int = 7) -> dict:
+    """Temperature 1 with every option: the first two tokens after the prefill's (DDTREE sampling verify,
+    two steps through verify(), the penalizers advanced between them) against plain decoding's exact
+    distribution; and against the distribution without the path (the per-request adjustment verify did
+    before), which must be rejected (the test can see a missing path)."""
+    import ddtree_sglang_probe as base
+
+    gen = torch.Generator().manual_seed(40)
+    table = torch.randn(vocab, vocab, generator=gen) * 1.2
+    table[:, EOS] += 1.0
+    for t in range(vocab):
+        table[t, t] += 2.0  # repeating is likely: the penalties matter
+    reqs = []
+    for _ in range(trials):
+        req = _DecodeReq({k: v for k, v in CHI_SETTINGS.items() if k != "temperature"}, root)
+        req.sampling_params = _request(**CHI_SETTINGS).sampling_params
+        reqs.append(req)
+    batch = _batch(reqs, vocab=vocab)
+    torch.manual_seed(41)
+    _verify_once("ddtree", batch, table, gen)
+    _verify_once("ddtree", batch, table, gen)
+    counts: dict = {}
+    for r in reqs:
+        pair = (r.output_ids[1], r.output_ids[2])
+        counts[pair] = counts.get(pair, 0) + 1
+    settings = {k: v for k, v in CHI_SETTINGS.items() if k != "temperature"}
+
+    def probs(fed: list[int]) -> list[float]:
+        return torch.softmax(reference_row(settings, fed, table[fed[-1]]), dim=-1).tolist()
+
+    q1 = probs([root])
+    expected = {(a, b): trials * q1[a] * probs([root, a])[b] for a in range(vocab) for b in range(vocab)}
+    without_path = {
+        (a, b): trials * q1[a] * torch.softmax(reference_row(settings, [root], table[a]), dim=-1)[b].item()
+        for a in range(vocab)
+        for b in range(vocab)
+    }
+    stat, df = base._chi_square(counts, expected)
+    wrong, wrong_df = base._chi_square(counts, without_path)
+    return {
+        "stat": stat,
+        "critical": base._chi_square_critical(df),
+        "without_path_stat": wrong,
+        "without_path_critical": base._chi_square_critical(wrong_df),
+        "first_is_eos": counts_first(counts, EOS),
+    }
+
+
+def counts_first(counts: dict, token: int) -> int:
+    return sum(n for (a, _), n in counts.items() if a == token)
 
 
 def decode_case(seed: int) -> dict:
@@ -355,6 +424,7 @@ def main() -> dict:
     facts["chain_b8"] = tree_case(seed=4, size=8, history_len=3, chain=True)
     facts["advance"] = advance_case(seed=5, steps=3, size=5)
     facts["decode"] = decode_case(seed=6)
+    facts["chi_square"] = chi_square_case()
     return facts
 
 

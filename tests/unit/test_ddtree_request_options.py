@@ -82,6 +82,16 @@ def test_decode_options_change_the_greedy_output(facts: dict) -> None:
     assert len(facts["decode"]["plain"][2]) > 14, "min_new_tokens 14 must keep EOS away for 14 tokens"
 
 
+def test_sampling_at_temperature_1_with_every_option_keeps_plain_decodings_distribution(facts: dict) -> None:
+    """20000 requests, two DDTREE sampling verify steps: the first two tokens' joint counts against plain
+    decoding's exact distribution (chi-square, p = 0.001), and against the distribution without each row's
+    path (the old per-request adjustment), which must be rejected. min_new_tokens 2 bans EOS first."""
+    got = facts["chi_square"]
+    assert got["stat"] < got["critical"], got
+    assert got["without_path_stat"] > got["without_path_critical"], got
+    assert got["first_is_eos"] == 0, got
+
+
 def test_the_device_script_runs_its_equality_check_on_cpu(sglang_cpu_path: str) -> None:  # noqa: F811
     """tests/gpu/request_options_gpu.py --device cpu: the script's own path (batches, trees, the step, the
     verdict) works before it meets the H200; the CUDA parts run only there (device_ddtree.sh options)."""
