@@ -20,8 +20,11 @@ without speculation. Each server gets, in order:
 - phase "long": 4 concurrent greedy requests of 2400 new tokens (one prompt past the window);
 - phase "options": 8 concurrent greedy requests of 96 new tokens, each with request options that change the
   logits per verify row (frequency, presence and repetition penalties, min_new_tokens with EOS and stop ids,
-  logit_bias, all at once), compared token for token like the other phases (the gap at a divergence is asked
-  with the same options, the prefix as output: penalties count output tokens, not the prompt);
+  logit_bias, all at once), compared token for token (the gap at a divergence is asked with the same options,
+  the prefix as output: penalties count output tokens, not the prompt). Under SGLANG_TEST_RETRACT this
+  comparison is information only: a retracted request comes back in a new batch whose penalizers start from
+  zero, in plain decoding too, and the two servers retract at different points. `--options-only` runs just
+  this phase and the refusal below, without forced retraction, and judges it (two servers, 2-3 minutes);
 - a streamed request with a custom_logit_processor: the speculative server (DDTREE or DFLASH) must answer
   HTTP 400 with its one-line refusal before the stream starts.
 --budget 4 makes the DFlash block (8) larger than budget + 1, the case that once ran the drafter out of KV;
@@ -395,8 +398,10 @@ def compare_phase(
     ddtree: dict[str, Answer],
     plain: dict[str, Answer],
     gaps: dict[GapKey, float | None],
+    judged: bool = True,
 ) -> None:
-    """Every request finished (aborts excepted); greedy outputs equal, else judged by the gap at the split."""
+    """Every request finished (aborts excepted); greedy outputs equal, else judged by the gap at the split
+    (`judged` False: the comparison is an information line)."""
     unfinished, equal, compared, noise, bugs = [], 0, 0, [], []
     for req in requests:
         dd, pl = ddtree[req.name], plain[req.name]
@@ -423,15 +428,18 @@ def compare_phase(
             "gap": gap,
         }
         (noise if gap is not None and gap <= NOISE_GAP else bugs).append(record)
-    verdict.noise += noise
-    verdict.bugs += bugs
     verdict.check(not unfinished, f"{phase}: every request finished (aborted ones excepted)" + (
         f"; not: {unfinished[:6]}" if unfinished else ""))  # fmt: skip
-    verdict.check(
-        not bugs,
+    text = (
         f"{phase}: {equal}/{compared} greedy outputs identical to plain decoding; {len(noise)} differ at a "
-        f"gap <= {NOISE_GAP} (bf16 noise), {len(bugs)} otherwise" + (f": {bugs[:3]}" if bugs else ""),
+        f"gap <= {NOISE_GAP} (bf16 noise), {len(bugs)} otherwise" + (f": {bugs[:3]}" if bugs else "")
     )
+    if not judged:
+        verdict.lines.append(f"info {text} (forced retraction resets penalizers: not judged)")
+        return
+    verdict.noise += noise
+    verdict.bugs += bugs
+    verdict.check(not bugs, text)
 
 
 # ---------------------------------------------------------------------------------------- the run
@@ -471,24 +479,29 @@ class ServerRun:
 class Plan:
     """The phases every server gets, in order; DDTREE runs first and its outputs place the stop strings."""
 
-    def __init__(self, seed: int, settings: smoke_models.SmokeSettings, tp: int):
+    def __init__(self, seed: int, settings: smoke_models.SmokeSettings, tp: int, options_only: bool = False):
         window = settings.window or 2048
+        self.options_only = options_only
         self.mixed = mixed_requests(seed, window, settings.block_size, smoke_models.REAL_TOKENS, tp)
         self.longs = long_requests(seed, window, smoke_models.REAL_TOKENS)
         self.options: list[StressRequest] = []
         self.stops: list[StressRequest] = []
 
     def phases(self) -> dict[str, list[StressRequest]]:
+        if self.options_only:
+            return {"options": self.options}
         return {"mixed": self.mixed, "stop": self.stops, "long": self.longs, "options": self.options}
 
     def run(
         self, client: Client, label: str, text_stops: bool = True
     ) -> tuple[dict[str, dict[str, Answer]], Answer]:
-        got = {"mixed": run_phase(client, label, "mixed", self.mixed)}
-        if not self.stops:
-            self.stops = stop_requests(self.mixed, got["mixed"], as_token=not text_stops)
-        got["stop"] = run_phase(client, label, "stop", self.stops)
-        got["long"] = run_phase(client, label, "long", self.longs)
+        got = {}
+        if not self.options_only:
+            got["mixed"] = run_phase(client, label, "mixed", self.mixed)
+            if not self.stops:
+                self.stops = stop_requests(self.mixed, got["mixed"], as_token=not text_stops)
+            got["stop"] = run_phase(client, label, "stop", self.stops)
+            got["long"] = run_phase(client, label, "long", self.longs)
         if not self.options:
             self.options = options_requests(self.mixed, with_tokenizer=text_stops)
         got["options"] = run_phase(client, label, "options", self.options)
@@ -557,29 +570,40 @@ def judge(
             ", greedy-fallback warnings" if speculative else ""
         )
         verdict.check(not found, f"{label}: log free of {what}" + (f": {found}" if found else ""))
-        count = retractions(run.log)
-        verdict.check(count > 0, f"{label}: {count} requests retracted (SGLANG_TEST_RETRACT, small KV pool)")
+        if not plan.options_only:
+            count = retractions(run.log)
+            verdict.check(
+                count > 0, f"{label}: {count} requests retracted (SGLANG_TEST_RETRACT, small KV pool)"
+            )
     for phase, requests in plan.phases().items():
-        compare_phase(verdict, phase, requests, ddtree.answers[phase], plain.answers[phase], gaps)
-    stopped = sum(1 for r in plan.stops if r.stop is not None)
-    verdict.check(
-        stopped >= STOPPED // 2, f"stop: {stopped} requests carried a stop string from DDTREE's output"
-    )
-    cut = {r.name: ddtree.answers["mixed"][r.name] for r in plan.mixed if r.abort}
-    missed = {n: (a.finish, a.error, len(a.output_ids or [])) for n, a in cut.items() if not a.aborted}
-    verdict.check(
-        not missed,
-        f"mixed: {len(cut) - len(missed)}/{len(cut)} DDTREE requests aborted mid-stream"
-        + (f"; not cut: {missed}" if missed else ""),
-    )
+        # Forced retraction resets a request's penalizers (plain decoding's too) at server-specific points.
+        judged = phase != "options" or plan.options_only
+        compare_phase(verdict, phase, requests, ddtree.answers[phase], plain.answers[phase], gaps, judged)
+    if not plan.options_only:
+        stopped = sum(1 for r in plan.stops if r.stop is not None)
+        verdict.check(
+            stopped >= STOPPED // 2, f"stop: {stopped} requests carried a stop string from DDTREE's output"
+        )
+        cut = {r.name: ddtree.answers["mixed"][r.name] for r in plan.mixed if r.abort}
+        missed = {n: (a.finish, a.error, len(a.output_ids or [])) for n, a in cut.items() if not a.aborted}
+        verdict.check(
+            not missed,
+            f"mixed: {len(cut) - len(missed)}/{len(cut)} DDTREE requests aborted mid-stream"
+            + (f"; not cut: {missed}" if missed else ""),
+        )
     refused = ddtree.refusal.error or "HTTP 200"
     verdict.check(
         refused.startswith("HTTP 400") and f"{algorithm} {REFUSAL}" in refused,
         f"{algorithm.lower()} refuses a streamed custom_logit_processor before the stream: {refused[:160]}",
     )
-    accepts = [a.accept_length for a in ddtree.answers["long"].values() if a.accept_length is not None]
-    mean_accept = sum(accepts) / len(accepts) if accepts else 0.0
-    verdict.lines.append(f"info ddtree mean accept length (long phase): {mean_accept:.2f}")
+    for phase in ("long", "options"):
+        if phase not in ddtree.answers:
+            continue
+        accepts = [a.accept_length for a in ddtree.answers[phase].values() if a.accept_length is not None]
+        mean_accept = sum(accepts) / len(accepts) if accepts else 0.0
+        verdict.lines.append(
+            f"info {algorithm.lower()} mean accept length ({phase} phase): {mean_accept:.2f}"
+        )
     verdict.lines.append(
         f"info divergences: {len(verdict.noise)} bf16 noise (gap <= {NOISE_GAP}), "
         f"{len(verdict.bugs)} otherwise"
@@ -604,6 +628,11 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         help="DDTREE budget instead of the profile's (e.g. 4: block size 8 > budget + 1)",
     )
+    parser.add_argument(
+        "--options-only",
+        action="store_true",
+        help="only phase options and the refusal, without forced retraction (judged token for token)",
+    )
     parser.add_argument("--baseline-url", help="a plain-decoding server already up (needs --ddtree-url)")
     parser.add_argument("--ddtree-url", help="a DDTREE server already up (needs --baseline-url)")
     args = parser.parse_args(argv)
@@ -625,7 +654,11 @@ def main(argv: list[str] | None = None) -> int:
         launch_timeout_s=LAUNCH_TIMEOUT_S,
         extra_server_args=("--max-total-tokens", str(KV_POOL_TOKENS)),
     )
-    plan = Plan(args.seed, settings, args.tp)
+    plan = Plan(args.seed, settings, args.tp, options_only=args.options_only)
+    # --options-only: no forced retraction (it resets penalizers); the leak check stays.
+    server_env = {
+        k: v for k, v in STRESS_ENV.items() if not (args.options_only and k == "SGLANG_TEST_RETRACT")
+    }
     label = args.algorithm.lower()
     gaps: dict[GapKey, float | None] = {}
 
@@ -646,7 +679,7 @@ def main(argv: list[str] | None = None) -> int:
         ddtree = ServerRun(*plan.run(Client(args.ddtree_url), label))
         plain = ServerRun(*plain_work(Client(args.baseline_url)))
     else:
-        os.environ.update(STRESS_ENV)  # both servers inherit it
+        os.environ.update(server_env)  # both servers inherit it
         work = Path(tempfile.mkdtemp(prefix="ddtree-stress-"))
         try:
             target, drafter = smoke_models.write_models(work / "models", settings)
@@ -654,7 +687,7 @@ def main(argv: list[str] | None = None) -> int:
             add_context_noise(target, args.noise, args.seed)
             print(f"stress: tiny models in {work}, noise {args.noise}, TP {args.tp}, DDTREE block "
                   f"{settings.block_size}, budget {settings.budget}, top-k {settings.topk}, window "
-                  f"{settings.window}, KV pool {KV_POOL_TOKENS}, env {STRESS_ENV}", flush=True)  # fmt: skip
+                  f"{settings.window}, KV pool {KV_POOL_TOKENS}, env {server_env}", flush=True)  # fmt: skip
             ddtree_args = smoke_server.mode_args(label, drafter, settings)
             ddtree = launched(label, ddtree_args, target, settings, out, lambda c, t: plan.run(c, label, t))
             # the plain server the same way: stop strings need a tokenizer on both sides
@@ -674,6 +707,7 @@ def main(argv: list[str] | None = None) -> int:
         "noise": args.noise,
         "block_size": settings.block_size,
         "budget": settings.budget,
+        "options_only": args.options_only,
         "seconds": round(time.monotonic() - begin),
         "checks": verdict.lines,
         "noise_divergences": verdict.noise,

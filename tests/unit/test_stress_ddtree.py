@@ -222,9 +222,9 @@ def _doubles(corrupt_at: set[int], algorithm: str = "DDTREE") -> Iterator[tuple[
 
 @pytest.mark.parametrize("corrupt", [False, True])
 def test_whole_run_against_servers_already_up(tmp_path: Path, corrupt: bool, capsys) -> None:
-    """main() with --ddtree-url/--baseline-url: every phase, aborts, stop strings, the options phase, the
-    refusal, the verdict. A DDTREE double that emits one wrong token at output index 40 (gap 1.99 > 0.25) must
-    fail the run, in the options phase too (its gap asked with the request's options)."""
+    """main() with --ddtree-url/--baseline-url: every phase, aborts, stop strings, the options phase (an
+    information line under forced retraction), the refusal, the verdict. A DDTREE double that emits one wrong
+    token at output index 40 (gap 1.99 > 0.25) must fail the run."""
     random.seed(0)
     with _doubles({41} if corrupt else set()) as (ddtree_url, plain_url):
         rc = stress.main(["--out", str(tmp_path), "--ddtree-url", ddtree_url, "--baseline-url", plain_url])
@@ -237,15 +237,42 @@ def test_whole_run_against_servers_already_up(tmp_path: Path, corrupt: bool, cap
     if corrupt:
         bugs = summary["bug_divergences"]
         assert bugs and all(b["index"] == 40 and b["gap"] == pytest.approx(1.99) for b in bugs), bugs
-        assert {b["request"] for b in bugs if b["phase"] == "options"} == {
-            f"opt-{name}" for name, _ in stress.OPTION_SETS
-        }
+        assert not any(b["phase"] == "options" for b in bugs), "options: not judged under forced retraction"
     else:
         assert (
             "mixed: 28/28 greedy outputs identical" in printed
             and "long: 4/4 greedy outputs identical" in printed
-            and "options: 8/8 greedy outputs identical" in printed
+            and "info options: 8/8 greedy outputs identical" in printed
         )
+
+
+@pytest.mark.parametrize("corrupt", [False, True])
+def test_options_only_judges_the_options_phase(tmp_path: Path, corrupt: bool, capsys) -> None:
+    """--options-only: the 8 option requests and the refusal only, judged token for token (gaps asked with
+    each request's options); the wrong token at index 40 fails every option request."""
+    with _doubles({41} if corrupt else set()) as (ddtree_url, plain_url):
+        rc = stress.main(
+            [
+                "--out",
+                str(tmp_path),
+                "--ddtree-url",
+                ddtree_url,
+                "--baseline-url",
+                plain_url,
+                "--options-only",
+            ]
+        )
+    printed = capsys.readouterr().out
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["options_only"] and summary["passed"] is (not corrupt), printed
+    assert rc == (1 if corrupt else 0) and "mixed:" not in printed and "stop:" not in printed, printed
+    assert "ok   ddtree refuses a streamed custom_logit_processor before the stream: HTTP 400" in printed
+    if corrupt:
+        bugs = summary["bug_divergences"]
+        assert {b["request"] for b in bugs} == {f"opt-{name}" for name, _ in stress.OPTION_SETS}, bugs
+        assert all(b["index"] == 40 and b["gap"] == pytest.approx(1.99) for b in bugs), bugs
+    else:
+        assert "ok   options: 8/8 greedy outputs identical to plain decoding" in printed, printed
 
 
 def test_without_a_gpu_it_says_why_and_exits_2(tmp_path: Path, capsys) -> None:
