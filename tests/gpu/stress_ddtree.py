@@ -661,6 +661,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     label = args.algorithm.lower()
     gaps: dict[GapKey, float | None] = {}
+    plain_without_options: dict[str, Answer] = {}
 
     def plain_work(
         client: Client, with_tokenizer: bool = True
@@ -673,6 +674,9 @@ def main(argv: list[str] | None = None) -> int:
                 gaps[key] = options_gap(client, by_name[key[1]], len(prefix))
             else:
                 gaps[key] = divergence_gap(client, prompt, prefix)
+        # The option requests again without their options: do the options change plain decoding's output?
+        bare = [dataclasses.replace(r, options="") for r in plan.options]
+        plain_without_options.update(run_phase(client, "plain", "options-off", bare))
         return answers, refusal
 
     if args.ddtree_url:
@@ -699,6 +703,15 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
     verdict = judge(plan, ddtree, plain, gaps, args.algorithm)
+    changed = [
+        r.name
+        for r in plan.options
+        if r.name in plain_without_options
+        and plain.answers["options"][r.name].output_ids != plain_without_options[r.name].output_ids
+    ]
+    verdict.lines.append(
+        f"info options change plain output in {len(changed)}/{len(plan.options)} requests: {changed}"
+    )
     print("\n".join(verdict.lines))
     summary = {
         "passed": verdict.ok,

@@ -273,6 +273,7 @@ def test_options_only_judges_the_options_phase(tmp_path: Path, corrupt: bool, ca
         assert all(b["index"] == 40 and b["gap"] == pytest.approx(1.99) for b in bugs), bugs
     else:
         assert "ok   options: 8/8 greedy outputs identical to plain decoding" in printed, printed
+        assert "info options change plain output in 0/8 requests" in printed, "the doubles ignore options"
 
 
 def test_without_a_gpu_it_says_why_and_exits_2(tmp_path: Path, capsys) -> None:
