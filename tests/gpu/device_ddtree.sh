@@ -40,7 +40,10 @@
 #      be enforced, and no key or token may show in /server_info, /get_server_info, any process's cmdline or
 #      environ, the logs, the request dumps, the receipt or the Dockerfile. Exit 0 none found, 1 a leak
 #      (`LEAK <secret> in <place>`), 2 the server never got ready. About 1.5-3 minutes.
-# usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|live|all|warm|stress|steps|core|verify|secrets]
+#  11. options (not in `all`): tests/gpu/request_options_gpu.py: per-row request options (penalties,
+#      min_new_tokens, logit_bias) on CUDA equal to CPU, no host sync, one CUDA graph replays like eager; their
+#      cost at bs 32, budget 16, vocabulary 163840 ($OUT/request_options.json). Under a minute.
+# usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|live|all|warm|stress|steps|core|verify|secrets|options]
 #   SMOKE_TP=2 (or 4): the smoke's servers run tensor-parallel over that many GPUs (the TP top-k merge).
 #   DDTREE_SMOKE_ARCH=mla: the smoke's target is Kimi K2.6's architecture (DeepSeek-V3 MLA + MoE, tiny:
 #   ddtree.smoke_models_mla) instead of Qwen3's; STRESS_ARGS="--arch mla" does the same for the stress.
@@ -94,6 +97,9 @@ if [ "$what" = secrets ]; then
 fi
 if [ "$what" = steps ]; then
   run_step steps python3 tests/gpu/ddtree_step_checks.py --out "$OUT"
+fi
+if [ "$what" = options ]; then
+  run_step options python3 tests/gpu/request_options_gpu.py --json "$OUT/request_options.json"
 fi
 if [ "$what" = core ]; then
   t=$SECONDS

@@ -356,30 +356,41 @@ def test_drafter_path_is_required(facts: dict) -> None:
     assert got.get("error") == "ValueError" and "--speculative-draft-model-path" in got["message"], got
 
 
-def test_requests_that_tree_verification_cannot_serve_like_plain_decoding_are_refused(facts: dict) -> None:
-    """Penalties, min_new_tokens and custom logit processors: a one-line 400 from the scheduler's check."""
+def test_only_custom_logit_processors_are_refused_under_ddtree_and_dflash(facts: dict) -> None:
+    """Penalties, min_new_tokens, logit bias and stops are served per tree row (patch ddtree-request-options);
+    a custom logit processor is a one-line 400 from the scheduler's check, under DDTREE and DFLASH alike."""
     r = facts["requests"]
-    assert r["plain"] is None and r["greedy_logit_bias"] is None, (
-        "sampling, stop strings, logit bias are served"
-    )
-    for case, needle in (
-        ("frequency", "frequency_penalty=0.5"),
-        ("presence", "presence_penalty=-0.3"),
-        ("repetition", "repetition_penalty=1.2"),
-        ("min_new_tokens", "min_new_tokens=4"),
-        ("custom_logit_processor", "custom_logit_processor"),
+    for case in (
+        "plain",
+        "greedy_logit_bias",
+        "frequency",
+        "presence",
+        "repetition",
+        "min_new_tokens",
+        "several",
     ):
+        assert r[case] is None, (case, r[case])
+    for case, mode in (("custom_logit_processor", "DDTREE"), ("dflash_custom_logit_processor", "DFLASH")):
         message = r[case]
-        assert message and message.startswith("DDTREE speculative decoding does not support"), (case, message)
-        assert needle in message and "\n" not in message, message
-    assert "frequency_penalty=0.1, min_new_tokens=2" in r["several"]
-    assert r["dflash_has_no_extra_check"], "the scheduler hook must leave plain DFLASH unchanged"
+        assert message and message.startswith(f"{mode} speculative decoding does not support"), (
+            case,
+            message,
+        )
+        assert "custom_logit_processor" in message and "\n" not in message, message
+    assert r["dflash_penalties"] is None
+    front = r["refusal"]
+    assert front["ddtree"] and front["ddtree"].startswith("DDTREE speculative decoding does not support"), (
+        front
+    )
+    assert front["dflash_batch"] and front["dflash_batch"].startswith("DFLASH"), front
+    assert front["batch_without"] is None and front["plain"] is None and front["eagle"] is None, front
+    assert r["dflash_has_no_extra_check"], "the scheduler hook must leave plain DFLASH's enum unchanged"
 
 
-def test_verify_batch_with_penalties_is_an_invariant_error(facts: dict) -> None:
+def test_verify_batch_with_a_custom_logit_processor_is_an_invariant_error(facts: dict) -> None:
     b = facts["batch_invariant"]
     assert b["clean"] is None and b["none"] is None
-    assert b["penalties"] == "penalties or min_new_tokens" and b["custom"] == "a custom logit processor"
+    assert b["penalties"] is None and b["custom"] == "a custom logit processor"
 
 
 def test_sliding_window_targets_are_refused_at_start(facts: dict) -> None:
