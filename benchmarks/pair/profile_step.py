@@ -38,6 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from ddtree.fsutil import atomic_write
+
 DDTREE_KERNEL = re.compile(
     r"_tile_topk|_merge_topk|_score_kernel|_rank_kernel|_tree_rows|_verify_greedy|filter_rows|verify_sampling"
     r"|_sample|_walk|_bonus"
@@ -286,12 +288,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.pair is None or args.out is None:
             ap.error("--pair and --out are needed (or --analyze TRACE)")
         contexts = [int(c) for c in args.contexts.split(",")]
-        results = [
-            result
-            for m in args.modes.split(",")
-            for result in profile_mode(m, args.pair, args.out, args.steps, args.new_tokens, contexts)
-        ]
-        (args.out / "profile.json").write_text(json.dumps(results, indent=1) + "\n")
+        results = []
+        for mode in args.modes.split(","):
+            try:
+                results += profile_mode(mode, args.pair, args.out, args.steps, args.new_tokens, contexts)
+            except Exception as exc:  # one mode's failure is recorded; the next mode still runs
+                results.append(
+                    {"mode": mode, "steps": 0, "per_step_us": {}, "error": f"{type(exc).__name__}: {exc}"}
+                )
+            # after every mode: a sitting cut short keeps what it measured
+            atomic_write(args.out / "profile.json", json.dumps(results, indent=1) + "\n")
+            print(table(results), flush=True)
     print(table(results))
     return 0 if all(r["steps"] for r in results) else 1
 
