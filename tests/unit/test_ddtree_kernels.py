@@ -241,20 +241,44 @@ variants = {  # name: (logits, which filters, top-p after top-k, candidate cap, 
     "all_filters": ("randn", ("top_k", "top_p", "min_p"), False, 64, 2.0**-14),
     "all_filters_renorm": ("randn", ("top_k", "top_p", "min_p"), True, 64, 2.0**-14),
     "ties": ("ties", ("top_k", "top_p", "min_p"), False, 64, 2.0**-14),
+    "ties_renorm": ("ties", ("top_k", "top_p", "min_p"), True, 64, 2.0**-14),
     "ties_renorm_bisection": ("ties", ("top_k", "top_p", "min_p"), True, 8, 0.5),
+    "ties_bisection": ("ties", ("top_k", "top_p", "min_p"), False, 8, 0.5),
+    "ties_top_p_only": ("ties", ("top_p",), False, 64, 2.0**-14),
     "bisection": ("randn", ("top_k", "top_p", "min_p"), False, 8, 0.5),
     "top_k_only_bisection": ("ties", ("top_k",), False, 8, 0.5),
     "temperature_only": ("randn", (), False, 64, 2.0**-14),
     "peaked_tiles": ("peaked", ("top_k", "top_p", "min_p"), False, 64, 2.0**-14),
     "peaked_tiles_temperature_only": ("peaked", (), False, 64, 2.0**-14),
 }
-for name, (which, on, renorm, cap, floor) in variants.items():
+
+def flashinfer_kept(x, temps, top_k, top_p, min_p, renorm):
+    # flashinfer's rule from its definition, token by token (float64): x is kept iff fewer than top_k
+    # tokens are above it, their mass is below top_p of the (top-k) mass, and w_x >= min_p.
+    z = (x / temps.unsqueeze(1)).double()
+    w = torch.exp(z - z.amax(dim=1, keepdim=True))
+    above = z.unsqueeze(1) > z.unsqueeze(2)  # [row, x, y]: y is above x
+    kept = torch.ones_like(z, dtype=torch.bool)
+    if top_k is not None:
+        kept &= above.sum(dim=2) < top_k.unsqueeze(1)
+    if top_p is not None:
+        reference = torch.where(kept, w, 0.0).sum(dim=1) if renorm else w.sum(dim=1)
+        mass_above = (above * w.unsqueeze(1)).sum(dim=2)
+        kept &= (mass_above < (top_p.double() * reference).unsqueeze(1)) | (top_p >= 1).unsqueeze(1)
+    if min_p is not None:
+        kept &= (w >= min_p.unsqueeze(1).double()) | (min_p <= 0).unsqueeze(1)
+    return kept | (z == z.amax(dim=1, keepdim=True))
+
+for (name, (which, on, renorm, cap, floor)), keep_ties in [
+        (item, ties) for item in variants.items() for ties in (True, False)]:
+    name = name if keep_ties else name + ":positional"
     x = logits[which]
     params = [filters[f] if f in on else None for f in ("top_k", "top_p", "min_p")]
-    want = du.sampling_target_probs(x, per_request(temps, n), *(per_request(v, n) for v in params),
-                                    top_p_after_top_k=renorm)
-    cut = dk.filter_rows(x, temps, *params, n, top_p_after_top_k=renorm, candidate_cap=cap,
-                         candidate_floor=floor)
+    rows_params = [per_request(v, n) for v in params]
+    want = du.sampling_target_probs(x, per_request(temps, n), *rows_params, top_p_after_top_k=renorm,
+                                    keep_ties=keep_ties)
+    cut = dk.filter_rows(x, temps, *params, n, top_p_after_top_k=renorm, keep_ties=keep_ties,
+                         candidate_cap=cap, candidate_floor=floor)
     z = x / per_request(temps, n).unsqueeze(1)
     key = du._float_key(z)
     width = x.shape[1]
@@ -273,6 +297,16 @@ for name, (which, on, renorm, cap, floor) in variants.items():
         "rows": int(cut["searched"].numel()),
         "kept_sizes": sorted(set((want > 0).sum(dim=1).tolist())),
     }
+    if keep_ties and x.shape[1] <= 1000:  # the reference against the rule's definition (V x V per row)
+        rule = flashinfer_kept(x, per_request(temps, n), *rows_params, renorm)
+        z_rows = x / per_request(temps, n).unsqueeze(1)
+        kept_min = torch.where(want > 0, z_rows, float("inf")).amin(dim=1, keepdim=True)
+        result[f"cut_{name}"]["rule"] = torch.equal(rule, want > 0)
+        # rows where the positional rule would cut inside the run of ties at the cut
+        positional = du.sampling_target_probs(x, per_request(temps, n), *rows_params,
+                                              top_p_after_top_k=renorm, keep_ties=False)
+        result[f"cut_{name}"]["tie_rows"] = int(((want > 0) != (positional > 0)).any(dim=1).sum())
+        result[f"cut_{name}"]["ties_at_cut"] = int(((z_rows == kept_min).sum(dim=1) > 1).sum())
     off = ~torch.isclose(probs, want, rtol=1e-5, atol=1e-7)
     if off.any():  # what a failure needs to be understood: the rows, their path and both masses
         bad = off.any(dim=1).nonzero().flatten()
@@ -283,31 +317,44 @@ for name, (which, on, renorm, cap, floor) in variants.items():
             for r in bad[:6]
         }
 
-# 2. The fused walk + bonus draw against verify_sampling_from_logits' torch path, the same coins.
-def walk_case(bs, budget, topk, depth, vocab, params, renorm, cap, floor, draws):
+# 2. The fused walk + bonus draw against verify_sampling_from_logits' torch path, the same coins, and that
+# path (a cut per row, then only the nodes' and the last rows' probabilities) against verify_sampling on the
+# whole sampling_target_probs.
+def walk_case(bs, budget, topk, depth, vocab, params, renorm, cap, floor, draws, keep_ties=True, tied=False):
     lp = (3 * torch.randn(bs, depth, vocab, generator=gen)).log_softmax(-1)
     tree = du.build_ddtree(lp, budget, topk)
     size = budget + 1
     logits = torch.randn(bs * size, vocab, generator=gen) * 2
+    if tied:  # half-integer logits: runs of ties at most cuts
+        logits = (logits * 2).round() / 2
     rows_depth = torch.cat([tree.depth.new_zeros(bs, 1), tree.depth], dim=1)
     likely = lp.argmax(-1).gather(1, rows_depth.clamp(max=depth - 1))  # the drafter's favourite next token
     logits.view(bs, size, vocab).scatter_add_(2, likely.unsqueeze(2), torch.full((bs, size, 1), 9.0))
     temps = torch.rand(bs, generator=gen) + 0.3
     valid = tree.valid if tree.has_padding else None
-    same, accepted = 0, 0
+    probs = du.sampling_target_probs(
+        logits, temps.repeat_interleave(size),
+        *(None if v is None else v.repeat_interleave(size) for v in params), top_p_after_top_k=renorm,
+        keep_ties=keep_ties).view(bs, size, vocab)
+    same, same_reference, accepted = 0, 0, 0
     for _ in range(draws):
         coins = torch.rand(bs, depth, generator=gen)
         final = torch.rand(bs, generator=gen)
         want = du.verify_sampling_from_logits(
-            tree.tokens, tree.parents, logits, temps, *params, top_p_after_top_k=renorm, coins=coins,
-            final_coins=final, mask=tree.mask, valid=valid, max_depth=depth, path=tree.path,
+            tree.tokens, tree.parents, logits, temps, *params, top_p_after_top_k=renorm, keep_ties=keep_ties,
+            coins=coins, final_coins=final, mask=tree.mask, valid=valid, max_depth=depth, path=tree.path,
             verify_depth=tree.verify_depth)
         got = dk.verify_sampling(
             tree.tokens, tree.parents, logits, temps, *params, coins, final, tree.mask, tree.path,
-            tree.verify_depth, valid, top_p_after_top_k=renorm, candidate_cap=cap, candidate_floor=floor)
+            tree.verify_depth, valid, top_p_after_top_k=renorm, keep_ties=keep_ties, candidate_cap=cap,
+            candidate_floor=floor)
+        reference = du.verify_sampling(
+            tree.tokens, tree.parents, probs, coins=coins, final_coins=final, mask=tree.mask, valid=valid,
+            max_depth=depth, path=tree.path, verify_depth=tree.verify_depth)
         same += all(g.dtype == w.dtype and torch.equal(g, w) for g, w in zip(got, want))
+        same_reference += all(g.dtype == w.dtype and torch.equal(g, w) for g, w in zip(reference, want))
         accepted += int(want[0].sum())
-    return {"same": same, "draws": draws, "accepted": accepted}
+    return {"same": same, "same_reference": same_reference, "draws": draws, "accepted": accepted}
 
 mixed = (torch.tensor([1, 5, 1 << 30, 20]), torch.tensor([1.0, 0.9, 0.7, 0.95]),
          torch.tensor([0.0, 0.05, 0.0, 0.2]))
@@ -316,6 +363,10 @@ result["walk_mixed"] = walk_case(4, 8, 4, 7, 300, mixed, False, 64, 2.0**-14, 3)
 result["walk_mixed_renorm_bisection"] = walk_case(4, 8, 4, 7, 300, mixed, True, 8, 0.3, 2)
 result["walk_top_p_padding"] = walk_case(2, 16, 4, 2, 3, (None, torch.full((2,), 0.9), None), False, 64,
                                          2.0**-14, 3)
+result["walk_mixed_ties"] = walk_case(4, 8, 4, 7, 300, mixed, False, 64, 2.0**-14, 3, tied=True)
+result["walk_mixed_ties_renorm_bisection"] = walk_case(4, 8, 4, 7, 300, mixed, True, 8, 0.3, 2, tied=True)
+result["walk_mixed_positional"] = walk_case(4, 8, 4, 7, 300, mixed, False, 64, 2.0**-14, 3,
+                                            keep_ties=False, tied=True)
 print("SAMPLING-CHECK " + json.dumps(result))
 """
 
@@ -327,16 +378,34 @@ def sampling_results(kernel_package: Path, sglang_cpu_path: str) -> dict:  # noq
                       timeout=900)  # fmt: skip
 
 
-CUTS = ["all_filters", "all_filters_renorm", "ties", "ties_renorm_bisection", "bisection",
-        "top_k_only_bisection", "temperature_only", "peaked_tiles",
+CUTS = ["all_filters", "all_filters_renorm", "ties", "ties_renorm", "ties_renorm_bisection", "ties_bisection",
+        "ties_top_p_only", "bisection", "top_k_only_bisection", "temperature_only", "peaked_tiles",
         "peaked_tiles_temperature_only"]  # fmt: skip
 
 
+@pytest.mark.parametrize("rule", ["", ":positional"], ids=["flashinfer_ties", "positional"])
 @pytest.mark.parametrize("case", CUTS)
-def test_sampling_filter_keeps_the_sorted_reference_prefix(sampling_results: dict, case: str) -> None:
-    """Same kept tokens as sampling_target_probs' sort (ties included) and the same probabilities."""
-    got = sampling_results[f"cut_{case}"]
+def test_sampling_filter_keeps_the_sorted_reference_prefix(
+    sampling_results: dict, case: str, rule: str
+) -> None:
+    """Same kept tokens as sampling_target_probs' sort (ties included) and the same probabilities, under
+    flashinfer's tie rule (the default) and the pytorch backend's positional one."""
+    got = sampling_results[f"cut_{case}{rule}"]
     assert got["same_kept"] and got["probs_close"] and got["row_max"], got
+
+
+@pytest.mark.parametrize("case", [case for case in CUTS if not case.startswith("peaked")])
+def test_reference_keeps_what_flashinfers_rule_defines(sampling_results: dict, case: str) -> None:
+    """sampling_target_probs(keep_ties=True) against the rule written token by token: fewer than top_k
+    tokens above, their mass below top_p of the (top-k) mass (strict), w >= min_p."""
+    assert sampling_results[f"cut_{case}"]["rule"], sampling_results[f"cut_{case}"]
+
+
+def test_tie_cases_cut_inside_runs_of_ties(sampling_results: dict) -> None:
+    """The tie ladders really put ties at the cut, where the two rules keep different tokens."""
+    for case in ("ties", "ties_renorm", "ties_bisection", "ties_top_p_only", "top_k_only_bisection"):
+        got = sampling_results[f"cut_{case}"]
+        assert got["ties_at_cut"] >= 6 and got["tie_rows"] >= 3, (case, got)
 
 
 def test_sampling_filter_cases_exercise_both_cut_searches(sampling_results: dict) -> None:
@@ -351,14 +420,16 @@ def test_sampling_filter_cases_exercise_both_cut_searches(sampling_results: dict
     assert 1 in tied_sizes and len(tied_sizes) > 5
 
 
-WALKS = ["walk_temperature_only", "walk_mixed", "walk_mixed_renorm_bisection", "walk_top_p_padding"]
+WALKS = ["walk_temperature_only", "walk_mixed", "walk_mixed_renorm_bisection", "walk_top_p_padding",
+         "walk_mixed_ties", "walk_mixed_ties_renorm_bisection", "walk_mixed_positional"]  # fmt: skip
 
 
 @pytest.mark.parametrize("case", WALKS)
 def test_sampling_verify_kernels_equal_the_torch_walk(sampling_results: dict, case: str) -> None:
-    """Same accept length, accepted path and bonus token as the torch path for the same coins."""
+    """Same accept length, accepted path and bonus token as the torch path for the same coins, and the
+    torch path the same as verify_sampling over the whole sampling_target_probs."""
     got = sampling_results[case]
-    assert got["same"] == got["draws"], got
+    assert got["same"] == got["draws"] and got["same_reference"] == got["draws"], got
     assert got["accepted"] >= 1, f"the case never accepts a draft node: {got}"
 
 
