@@ -1,7 +1,7 @@
 """Latency of one DDTree step (tree build + mask + verify) on a GPU, eager and in a CUDA graph.
 
     python benchmarks/ddtree_core_bench.py [--bs 1 8 32 64] [--budget 8 16 32] [--bandwidth-gbs 4800]
-                                           [--json FILE]
+                                           [--memory-bs 48] [--memory-budget 32] [--json FILE]
 
 Columns (microseconds per step, CUDA events; eager includes the host's launch time):
   eager    build_ddtree + verify_greedy, launched op by op
@@ -15,8 +15,12 @@ Columns (microseconds per step, CUDA events; eager includes the host's launch ti
   s_kpm    the same with top-k 40, top-p 0.9, min-p 0.05, top-p after top-k (flashinfer's min-p order)
   s%bw     s_topp's roofline: the verify logits read once / s_topp, as % of --bandwidth-gbs
   search%  rows of s_topp whose cut needed the bisection (the slow path) instead of the candidate sort
+  s_torch  s_topp on the torch path (SGLANG_DDTREE_TRITON_SAMPLING=0: sampling_cut in chunks of rows, then
+           only the nodes' and the last rows' probabilities)
   s_ref    the torch reference of s_topp (sampling_target_probs' sort + verify_sampling), '-' when its
            temporaries would not fit comfortably
+Then the peak extra GPU memory of one sampled verify (top-p 0.95, flashinfer's tie rule) at --memory-bs and
+--memory-budget, on both paths (torch.cuda.max_memory_allocated over what was allocated before the call).
 g_topk times the served default tile kernel; SGLANG_DDTREE_TOPK_PREFILTER=1 times the opt-in group prefilter.
 The s_* columns time the Triton sampling kernels: the bench sets SGLANG_DDTREE_TRITON_SAMPLING=1 (the served
 path's opt-in) unless the environment already sets it (=0: the s_* columns time the torch reference).
@@ -28,6 +32,7 @@ i.e. exactly what the image gets.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -136,6 +141,14 @@ def bench_one(
             return tree.verify_sampling_logits(logits, temperatures, **params, coins=coins, final_coins=final)
 
         row[f"graph_sampling_{name}_us"] = time_graph(sampling_step, iters)
+    with sampling_path("0"):
+
+        def torch_step():
+            tree = du.build_ddtree(lp, budget, topk)
+            return tree.verify_sampling_logits(logits, temperatures, **settings["topp"], coins=coins,
+                                               final_coins=final)  # fmt: skip
+
+        row["graph_sampling_torch_us"] = time_graph(torch_step, max(20, iters // 10))
     kernels = du._kernels()
     row["topp_searched_pct"] = -1.0
     if kernels is not None:
@@ -169,9 +182,44 @@ TABLE_KEYS = (
     "graph_sampling_kpm_us",
     "sampling_bw_pct",
     "topp_searched_pct",
+    "graph_sampling_torch_us",
     "graph_sampling_ref_us",
     "kernels_per_greedy_step",
 )
+
+
+@contextlib.contextmanager
+def sampling_path(switch: str):
+    """SGLANG_DDTREE_TRITON_SAMPLING=switch inside the block ("1": Triton, "0": torch), as it was after."""
+    saved = os.environ.get("SGLANG_DDTREE_TRITON_SAMPLING")
+    os.environ["SGLANG_DDTREE_TRITON_SAMPLING"] = switch
+    try:
+        yield
+    finally:
+        os.environ["SGLANG_DDTREE_TRITON_SAMPLING"] = saved if saved is not None else "1"
+
+
+def sampled_verify_memory(du, bs: int, budget: int, topk: int, depth: int, vocab: int) -> dict:
+    """MiB of GPU memory one sampled verify (top-p 0.95) allocates beyond its inputs, per path."""
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    lp = (3 * torch.randn(bs, depth, vocab, device="cuda", generator=gen)).log_softmax(-1)
+    tree = du.build_ddtree(lp, budget, topk)
+    logits = verify_logits(du, lp, budget, topk, gen)
+    del lp
+    params = {"temperatures": torch.ones(bs, device="cuda"), "top_ps": torch.full((bs,), 0.95, device="cuda")}
+    coins = torch.rand(bs, depth, device="cuda", generator=gen)
+    final = torch.rand(bs, device="cuda", generator=gen)
+    out = {"bs": bs, "budget": budget, "vocab": vocab}
+    for name, switch in (("triton", "1"), ("torch", "0")):
+        with sampling_path(switch):
+            tree.verify_sampling_logits(logits, **params, coins=coins, final_coins=final)  # compile, caches
+            torch.cuda.synchronize()
+            before = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            tree.verify_sampling_logits(logits, **params, coins=coins, final_coins=final)
+            torch.cuda.synchronize()
+            out[f"{name}_peak_extra_mib"] = (torch.cuda.max_memory_allocated() - before) / 2**20
+    return out
 
 
 def table_cells(row: dict) -> list[str]:
@@ -234,6 +282,8 @@ def main() -> int:
     parser.add_argument(
         "--bandwidth-gbs", type=float, default=4800.0, help="the GPU's memory bandwidth (H200: 4800 GB/s)"
     )
+    parser.add_argument("--memory-bs", type=int, default=48)
+    parser.add_argument("--memory-budget", type=int, default=32)
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -248,7 +298,7 @@ def main() -> int:
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
     print(f"top-k {args.topk}, depth {args.depth}, vocab {args.vocab}; microseconds per step")
     names = ("eager", "graph", "g_topk", "topk%bw", "g_tree", "s_temp", "s_topp", "s_kpm", "s%bw", "search%",
-             "s_ref", "kernels")  # fmt: skip
+             "s_torch", "s_ref", "kernels")  # fmt: skip
     print(f"{'bs':>4} {'budget':>6} " + " ".join(f"{name:>8}" for name in names))
     rows = []
     for bs in args.bs:
@@ -267,8 +317,16 @@ def main() -> int:
             f"  bs {r['bs']:>3}: draft_topk {r['direct_topk_us']:.1f} | {r['torch_path_us']:.1f} | "
             f"{r['draft_topk_us']:.1f};  worker {r['worker_torch_us']:.1f} | {r['worker_kernels_us']:.1f}"
         )
+    memory = sampled_verify_memory(du, args.memory_bs, args.memory_budget, args.topk, args.depth, args.vocab)
+    print(
+        f"sampled verify peak extra memory, bs {memory['bs']}, budget {memory['budget']}, "
+        f"vocab {memory['vocab']}: "
+        f"Triton {memory['triton_peak_extra_mib']:.0f} MiB, torch {memory['torch_peak_extra_mib']:.0f} MiB"
+    )
     if args.json:
-        args.json.write_text(json.dumps({"steps": rows, "topk": topk_rows}, indent=1) + "\n")
+        args.json.write_text(
+            json.dumps({"steps": rows, "topk": topk_rows, "memory": memory}, indent=1) + "\n"
+        )
     return 0
 
 

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ddtree import smoke
+from ddtree import smoke, smoke_models, smoke_server
 
 PROFILE = "pro6000"
 KINDS = {
@@ -67,9 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     server = None
     failed = False
     try:
-        target, drafter = smoke.write_models(work / "models", settings)
+        target, drafter = smoke_models.write_models(work / "models", settings)
         try:
-            server, ready = smoke.start_ddtree_server(target, drafter, settings, log_path)
+            server, ready = smoke_server.start_ddtree_server(target, drafter, settings, log_path)
         except (RuntimeError, OSError) as exc:
             print(f"steps: server did not come up: {exc}")
             return 2

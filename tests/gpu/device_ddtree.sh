@@ -43,7 +43,9 @@
 #  11. options (not in `all`): tests/gpu/request_options_gpu.py: per-row request options (penalties,
 #      min_new_tokens, logit_bias) on CUDA equal to CPU, no host sync, one CUDA graph replays like eager; their
 #      cost at bs 32, budget 16, vocabulary 163840 ($OUT/request_options.json). Under a minute.
-# usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|live|all|warm|stress|steps|core|verify|secrets|options]
+# usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [MODE...]   (default: all)
+#   MODE: pytest smoke live all warm stress steps core verify secrets options; several run in one call, in the order of the list above
+#   (all = pytest smoke live), e.g. `bash tests/gpu/device_ddtree.sh core steps`; an unknown mode exits 2.
 #   SMOKE_TP=2 (or 4): the smoke's servers run tensor-parallel over that many GPUs (the TP top-k merge).
 #   DDTREE_SMOKE_ARCH=mla: the smoke's target is Kimi K2.6's architecture (DeepSeek-V3 MLA + MoE, tiny:
 #   ddtree.smoke_models_mla) instead of Qwen3's; STRESS_ARGS="--arch mla" does the same for the stress.
@@ -53,7 +55,17 @@
 set -u
 export PYTHONPATH=$PWD/entrypoint:/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
-what=${1:-all}
+modes=" ${*:-all} "
+for mode in $modes; do
+  case $mode in
+    pytest | smoke | live | all | warm | stress | steps | core | verify | secrets | options) ;;
+    *) echo "device_ddtree.sh: unknown mode '$mode' (pytest smoke live all warm stress steps core verify secrets options)" >&2; exit 2 ;;
+  esac
+done
+# wants MODE: whether MODE was asked for (pytest, smoke and live also through `all`).
+wants() {
+  [[ $modes == *" $1 "* ]] || { [[ $1 =~ ^(pytest|smoke|live)$ ]] && [[ $modes == *" all "* ]]; }
+}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader
 python3 -m ddtree.patchset apply --root /tmp/site --series patches/series.yaml || exit 1
@@ -68,40 +80,40 @@ run_step() {
   rc=$((rc | src))
   echo "$name: exit $src after $((SECONDS - t)) s"
 }
-if [ "$what" = all ] || [ "$what" = pytest ]; then
+if wants pytest; then
   t=$SECONDS
   python3 -m pytest -q -p no:cacheprovider tests/gpu/test_ddtree_triton_mask.py 2>&1 | tail -15
   rc=$((rc | PIPESTATUS[0]))
   echo "triton mask tests: $((SECONDS - t)) s"
 fi
-if [ "$what" = all ] || [ "$what" = smoke ]; then
+if wants smoke; then
   run_step smoke env DDTREE_TARGET="${DDTREE_TARGET:-pro6000}" DDTREE_SMOKE_LOGS="$OUT" \
     python3 -m ddtree.cli selfcheck --smoke --json --smoke-tp "${SMOKE_TP:-1}"
   grep -hE "Traceback|Error|DDTREE|DFLASH draft runner|Capture cuda graph" "$OUT"/server-*.log 2>/dev/null | sort | uniq -c | head -20
 fi
-if [ "$what" = all ] || [ "$what" = live ]; then
+if wants live; then
   run_step live python3 tests/gpu/live_tiny.py --out "$OUT/live"
   grep -hE "Traceback|Error|DDTREE|DFLASH draft runner|Capture cuda graph" "$OUT"/live/server-live-*.log 2>/dev/null | sort | uniq -c | head -20
 fi
-if [ "$what" = warm ]; then
+if wants warm; then
   run_step warm python3 tests/gpu/warm_start.py --out "$OUT/warm"
 fi
-if [ "$what" = stress ]; then
+if wants stress; then
   # shellcheck disable=SC2086  # STRESS_ARGS is a list of flags
   run_step stress python3 tests/gpu/stress_ddtree.py --out "$OUT/stress" --tp "${STRESS_TP:-1}" ${STRESS_ARGS:-}
   grep -hE "Traceback|Mem Leak|DFLASH draft OOM|#retracted_reqs|DDTREE" "$OUT"/stress/server-stress-*.log 2>/dev/null \
     | sed -E 's/[0-9]+/N/g' | sort | uniq -c | sort -rn | head -20
 fi
-if [ "$what" = secrets ]; then
+if wants secrets; then
   run_step secrets python3 tests/gpu/secrets_tiny.py --out "$OUT/secrets"
 fi
-if [ "$what" = steps ]; then
+if wants steps; then
   run_step steps python3 tests/gpu/ddtree_step_checks.py --out "$OUT"
 fi
-if [ "$what" = options ]; then
+if wants options; then
   run_step options python3 tests/gpu/request_options_gpu.py --json "$OUT/request_options.json"
 fi
-if [ "$what" = core ]; then
+if wants core; then
   t=$SECONDS
   python3 -m pytest -q -p no:cacheprovider tests/gpu/test_ddtree_core_gpu.py 2>&1 | tail -15
   rc=$((rc | PIPESTATUS[0]))
@@ -109,7 +121,7 @@ if [ "$what" = core ]; then
   rc=$((rc | $?))
   echo "core: $((SECONDS - t)) s"
 fi
-if [ "$what" = verify ]; then
+if wants verify; then
   t=$SECONDS
   python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_verify_attention_gpu.py 2>&1 | tail -40
   rc=$((rc | PIPESTATUS[0]))

@@ -149,9 +149,10 @@ def test_triton_topk_equals_torch_paths(
         torch.testing.assert_close(lse, torch.logsumexp(flat.float(), dim=-1), rtol=1e-5, atol=1e-4)
 
 
-def sampling_inputs(bs: int, budget: int, vocab: int, seed: int):
+def sampling_inputs(bs: int, budget: int, vocab: int, seed: int, tied: bool = False):
     """A tree, language-model-like verify logits [bs * N, vocab] that favour the drafted tokens, per-request
-    sampling settings (greedy, top-k, top-p, top-p + min-p, temperature only) and coins."""
+    sampling settings (greedy, top-k, top-p, top-p + min-p, temperature only) and coins. `tied`: the
+    logits rounded to bf16, as a bf16 model's are (steps of 1/16 in [8, 16)): ties at many cuts."""
     du = core.load()
     gen = torch.Generator(device=DEVICE).manual_seed(seed)
     depth, size = 7, budget + 1
@@ -163,6 +164,8 @@ def sampling_inputs(bs: int, budget: int, vocab: int, seed: int):
     rows_depth = torch.cat([tree.depth.new_zeros(bs, 1), tree.depth], dim=1).clamp(max=depth - 1)
     favourite = lp.argmax(-1).gather(1, rows_depth).reshape(-1, 1)
     logits.scatter_(1, favourite, logits.amax(dim=1, keepdim=True) + 3.0)
+    if tied:
+        logits = logits.to(torch.bfloat16).float()
     pattern = [(1.0, 1, 1.0, 0.0), (0.8, 40, 1.0, 0.0), (1.0, 1 << 30, 0.95, 0.0), (1.2, 50, 0.9, 0.05),
                (1.0, 1 << 30, 1.0, 0.0)]  # fmt: skip
     settings = [pattern[i % len(pattern)] for i in range(bs)]
@@ -177,13 +180,14 @@ def sampling_inputs(bs: int, budget: int, vocab: int, seed: int):
     return tree, logits, params, coins, final
 
 
-def torch_sampling(du: ModuleType, tree, logits, params, coins, final, renorm: bool):
+def torch_sampling(du: ModuleType, tree, logits, params, coins, final, renorm: bool, keep_ties: bool = True):
     """The torch reference on the GPU: sampling_target_probs' sort, then verify_sampling."""
     bs, size = tree.tokens.shape[0], tree.num_verify_tokens
     rows = {name: value.repeat_interleave(size) for name, value in params.items()}
     probs = du.sampling_target_probs(
-        logits, rows["temperatures"], rows["top_ks"], rows["top_ps"], rows["min_ps"], top_p_after_top_k=renorm
-    )
+        logits, rows["temperatures"], rows["top_ks"], rows["top_ps"], rows["min_ps"],
+        top_p_after_top_k=renorm, keep_ties=keep_ties,
+    )  # fmt: skip
     return tree.verify_sampling(probs.view(bs, size, -1), coins=coins, final_coins=final)
 
 
@@ -199,19 +203,24 @@ def triton_sampling(monkeypatch: pytest.MonkeyPatch) -> None:
 SAMPLING_CONFIGS = [(1, 8, 163840), (16, 8, 163840), (8, 32, 163840), (12, 16, 5000)]  # bs budget vocab
 
 
+@pytest.mark.parametrize(
+    "tied,keep_ties",
+    [(False, True), (True, True), (True, False)],
+    ids=["flashinfer-rule", "flashinfer-rule-bf16-ties", "pytorch-rule-bf16-ties"],
+)
 @pytest.mark.parametrize("renorm", [False, True])
 @pytest.mark.parametrize("bs,budget,vocab", SAMPLING_CONFIGS)
 def test_triton_sampling_equals_the_torch_reference(
-    du: ModuleType, triton_sampling: None, bs, budget, vocab, renorm: bool
+    du: ModuleType, triton_sampling: None, bs, budget, vocab, renorm: bool, tied: bool, keep_ties: bool
 ) -> None:
     """Same accept length, path and bonus token as the torch reference for the same coins, on 20 draws of
     each request; float rounding (Triton's exp against torch's) may flip a coin's boundary very rarely."""
     same, total, accepted = 0, 0, 0
     for seed in range(20):
-        tree, logits, params, coins, final = sampling_inputs(bs, budget, vocab, seed)
-        got = tree.verify_sampling_logits(logits, **params, top_p_after_top_k=renorm, coins=coins,
-                                          final_coins=final)  # fmt: skip
-        want = torch_sampling(du, tree, logits, params, coins, final, renorm)
+        tree, logits, params, coins, final = sampling_inputs(bs, budget, vocab, seed, tied)
+        got = tree.verify_sampling_logits(logits, **params, top_p_after_top_k=renorm, keep_ties=keep_ties,
+                                          coins=coins, final_coins=final)  # fmt: skip
+        want = torch_sampling(du, tree, logits, params, coins, final, renorm, keep_ties)
         agree = torch.ones(bs, dtype=torch.bool, device=DEVICE)
         for g, w in zip(got, want, strict=True):
             agree &= (g == w).reshape(bs, -1).all(dim=1)
@@ -304,3 +313,158 @@ def test_a_sampling_kernel_failing_at_warm_up_switches_the_triton_sampling_path_
     want = torch_sampling(du, tree, logits, params, coins, final, renorm=False)
     for g, w in zip(got, want, strict=True):
         assert torch.equal(g, w)
+
+
+@pytest.mark.parametrize("switch", ["1", "0"], ids=["triton", "torch"])
+def test_sampled_verify_extra_memory_is_bounded(
+    du: ModuleType, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    """Issue 27's bound: one sampled verify at bs 48, budget 32, Kimi's vocabulary allocates at most 512 MiB
+    beyond its inputs (the torch path cuts the rows in chunks; the Triton path keeps O(rows x candidates)).
+    benchmarks/ddtree_core_bench.py prints the figure."""
+    monkeypatch.setenv(TRITON_SAMPLING_ENV, switch)
+    tree, logits, params, coins, final = sampling_inputs(48, 32, 163840, seed=50)
+    tree.verify_sampling_logits(logits, **params, coins=coins, final_coins=final)  # compile, warm the caches
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    tree.verify_sampling_logits(logits, **params, coins=coins, final_coins=final)
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - before
+    assert extra <= 512 * 2**20, f"{extra / 2**20:.0f} MiB"
+
+
+# Against flashinfer's own sampler (SGLang's default on CUDA): token counts of plain decoding's sampling
+# kernels and of the DDTree verify walk, on small ladders whose cuts fall inside runs of tied logits.
+FLASHINFER_DRAWS = 200_000
+LADDER = [
+    4.0,
+    3.0,
+    3.0,
+    3.0,
+    2.0,
+    2.0,
+    1.0,
+    0.0,
+    0.0,
+    -1.0,
+    -2.0,
+    -3.0,
+]  # runs of ties at ranks 2-4, 5-6, 8-9
+
+
+def _chi_square(counts: torch.Tensor, probs: torch.Tensor) -> tuple[float, float]:
+    """(Pearson's statistic, its critical value at p = 0.001) of counts against probabilities; cells
+    expecting fewer than 5 are pooled, a count where nothing is expected makes the statistic infinite."""
+    expected = probs.double() * counts.sum()
+    if bool(((expected == 0) & (counts > 0)).any()):
+        return float("inf"), 0.0
+    big = expected >= 5
+    stat = float((((counts[big] - expected[big]) ** 2) / expected[big]).sum())
+    cells = int(big.sum())
+    small_expected, small_count = float(expected[~big].sum()), float(counts[~big].sum())
+    if small_expected > 0:
+        stat += (small_count - small_expected) ** 2 / small_expected
+        cells += 1
+    df = max(cells - 1, 1)
+    a = 2.0 / (9.0 * df)
+    return stat, df * (1.0 - a + 3.0902 * a**0.5) ** 3  # Wilson-Hilferty
+
+
+FLASHINFER_CASES = {  # name: (top_k, top_p, min_p, flashinfer's min-p path: renorm after top-k)
+    "top_k_cut_in_ties": (3, 1.0, 0.0, False),
+    "top_p_cut_in_ties": (1 << 30, 0.5, 0.0, False),
+    "top_k_top_p": (5, 0.95, 0.0, False),
+    "min_p_path": (5, 0.7, 0.02, True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FLASHINFER_CASES))
+def test_flashinfer_sampler_counts_match_the_tie_rule(du: ModuleType, case: str) -> None:
+    """flashinfer's top_k_top_p_sampling_from_probs (or its min-p path: top_k_renorm_probs,
+    top_p_renorm_probs, min_p_sampling_from_probs) draws the distribution sampling_target_probs gives with
+    keep_ties=True, and not the positional one (the test has the power to tell the two rules apart)."""
+    flashinfer_sampling = pytest.importorskip("flashinfer.sampling")
+    top_k, top_p, min_p, renorm = FLASHINFER_CASES[case]
+    logits = torch.tensor([LADDER], device=DEVICE)
+    vocab = logits.shape[1]
+    draws = FLASHINFER_DRAWS
+    probs = torch.softmax(logits, dim=-1).expand(draws, vocab).contiguous()
+    top_ks = torch.full((draws,), min(top_k, vocab), dtype=torch.int32, device=DEVICE)
+    top_ps = torch.full((draws,), top_p, device=DEVICE)
+    torch.manual_seed(27)
+    if renorm:
+        filtered = flashinfer_sampling.top_k_renorm_probs(probs, top_ks)
+        filtered = flashinfer_sampling.top_p_renorm_probs(filtered, top_ps)
+        drawn = flashinfer_sampling.min_p_sampling_from_probs(
+            filtered, torch.full((draws,), min_p, device=DEVICE)
+        )
+    else:
+        drawn = flashinfer_sampling.top_k_top_p_sampling_from_probs(
+            probs, top_ks, top_ps, filter_apply_order="joint"
+        )
+    counts = torch.bincount(drawn.long(), minlength=vocab).cpu()
+    one = torch.ones(1, device=DEVICE)
+
+    def target(keep_ties: bool) -> torch.Tensor:
+        return du.sampling_target_probs(
+            logits, one, torch.tensor([top_k], device=DEVICE), torch.tensor([top_p], device=DEVICE),
+            torch.tensor([min_p], device=DEVICE), top_p_after_top_k=renorm, keep_ties=keep_ties,
+        )[0].cpu()  # fmt: skip
+
+    stat, critical = _chi_square(counts, target(True))
+    assert stat <= critical, (
+        f"flashinfer's counts {counts.tolist()} vs the tie rule: {stat:.1f} > {critical:.1f}"
+    )
+    wrong, wrong_critical = _chi_square(counts, target(False))
+    assert wrong > wrong_critical, f"the positional rule is not told apart: {wrong:.1f}"
+
+
+@pytest.mark.parametrize("switch", ["1", "0"], ids=["triton", "torch"])
+@pytest.mark.parametrize("case", sorted(FLASHINFER_CASES))
+def test_ddtree_walk_emits_what_flashinfer_samples(
+    du: ModuleType, monkeypatch: pytest.MonkeyPatch, case: str, switch: str
+) -> None:
+    """The first token the sampling verify walk emits (an accepted draft or the bonus) follows the
+    distribution flashinfer's sampler draws from (two-sample chi-square on the same number of draws), on both
+    paths; every verify row holds the tied ladder, and the drafter proposes its top tokens."""
+    flashinfer_sampling = pytest.importorskip("flashinfer.sampling")
+    monkeypatch.setenv(TRITON_SAMPLING_ENV, switch)
+    top_k, top_p, min_p, renorm = FLASHINFER_CASES[case]
+    vocab, budget, depth = len(LADDER), 8, 3
+    bs = 50_000
+    ladder = torch.tensor(LADDER, device=DEVICE)
+    draft = torch.log_softmax(ladder, dim=-1).expand(bs, depth, vocab).contiguous()
+    tree = du.build_ddtree(draft, budget, 4)
+    logits = ladder.expand(bs * (budget + 1), vocab).contiguous()
+    params = {
+        "temperatures": torch.ones(bs, device=DEVICE),
+        "top_ks": torch.full((bs,), min(top_k, vocab), dtype=torch.int32, device=DEVICE),
+        "top_ps": torch.full((bs,), top_p, device=DEVICE),
+        "min_ps": torch.full((bs,), min_p, device=DEVICE) if renorm else None,
+    }
+    torch.manual_seed(2700)
+    result = tree.verify_sampling_logits(logits, **params, top_p_after_top_k=renorm, keep_ties=True)
+    first = du.emitted_tokens(tree.tokens, *result)[:, 0]
+    walked = torch.bincount(first, minlength=vocab).cpu().double()
+    probs = torch.softmax(ladder, dim=-1).expand(bs, vocab).contiguous()
+    if renorm:
+        filtered = flashinfer_sampling.top_k_renorm_probs(probs, params["top_ks"])
+        filtered = flashinfer_sampling.top_p_renorm_probs(filtered, params["top_ps"])
+        drawn = flashinfer_sampling.min_p_sampling_from_probs(filtered, params["min_ps"])
+    else:
+        drawn = flashinfer_sampling.top_k_top_p_sampling_from_probs(
+            probs, params["top_ks"], params["top_ps"], filter_apply_order="joint"
+        )
+    sampled = torch.bincount(drawn.long(), minlength=vocab).cpu().double()
+    both = (walked + sampled) > 0
+    stat = float((((walked - sampled) ** 2)[both] / (walked + sampled)[both]).sum())
+    df = max(int(both.sum()) - 1, 1)
+    a = 2.0 / (9.0 * df)
+    critical = df * (1.0 - a + 3.0902 * a**0.5) ** 3
+    assert stat <= critical, (
+        f"walk {walked.tolist()} vs flashinfer {sampled.tolist()}: {stat:.1f} > {critical:.1f}"
+    )
+    assert int(result[0].sum()) >= bs // 2, (
+        "the walk barely accepts: the test would only check the bonus draw"
+    )

@@ -241,20 +241,44 @@ variants = {  # name: (logits, which filters, top-p after top-k, candidate cap, 
     "all_filters": ("randn", ("top_k", "top_p", "min_p"), False, 64, 2.0**-14),
     "all_filters_renorm": ("randn", ("top_k", "top_p", "min_p"), True, 64, 2.0**-14),
     "ties": ("ties", ("top_k", "top_p", "min_p"), False, 64, 2.0**-14),
+    "ties_renorm": ("ties", ("top_k", "top_p", "min_p"), True, 64, 2.0**-14),
     "ties_renorm_bisection": ("ties", ("top_k", "top_p", "min_p"), True, 8, 0.5),
+    "ties_bisection": ("ties", ("top_k", "top_p", "min_p"), False, 8, 0.5),
+    "ties_top_p_only": ("ties", ("top_p",), False, 64, 2.0**-14),
     "bisection": ("randn", ("top_k", "top_p", "min_p"), False, 8, 0.5),
     "top_k_only_bisection": ("ties", ("top_k",), False, 8, 0.5),
     "temperature_only": ("randn", (), False, 64, 2.0**-14),
     "peaked_tiles": ("peaked", ("top_k", "top_p", "min_p"), False, 64, 2.0**-14),
     "peaked_tiles_temperature_only": ("peaked", (), False, 64, 2.0**-14),
 }
-for name, (which, on, renorm, cap, floor) in variants.items():
+
+def flashinfer_kept(x, temps, top_k, top_p, min_p, renorm):
+    # flashinfer's rule from its definition, token by token (float64): x is kept iff fewer than top_k
+    # tokens are above it, their mass is below top_p of the (top-k) mass, and w_x >= min_p.
+    z = (x / temps.unsqueeze(1)).double()
+    w = torch.exp(z - z.amax(dim=1, keepdim=True))
+    above = z.unsqueeze(1) > z.unsqueeze(2)  # [row, x, y]: y is above x
+    kept = torch.ones_like(z, dtype=torch.bool)
+    if top_k is not None:
+        kept &= above.sum(dim=2) < top_k.unsqueeze(1)
+    if top_p is not None:
+        reference = torch.where(kept, w, 0.0).sum(dim=1) if renorm else w.sum(dim=1)
+        mass_above = (above * w.unsqueeze(1)).sum(dim=2)
+        kept &= (mass_above < (top_p.double() * reference).unsqueeze(1)) | (top_p >= 1).unsqueeze(1)
+    if min_p is not None:
+        kept &= (w >= min_p.unsqueeze(1).double()) | (min_p <= 0).unsqueeze(1)
+    return kept | (z == z.amax(dim=1, keepdim=True))
+
+for (name, (which, on, renorm, cap, floor)), keep_ties in [
+        (item, ties) for item in variants.items() for ties in (True, False)]:
+    name = name if keep_ties else name + ":positional"
     x = logits[which]
     params = [filters[f] if f in on else None for f in ("top_k", "top_p", "min_p")]
-    want = du.sampling_target_probs(x, per_request(temps, n), *(per_request(v, n) for v in params),
-                                    top_p_after_top_k=renorm)
-    cut = dk.filter_rows(x, temps, *params, n, top_p_after_top_k=renorm, candidate_cap=cap,
-                         candidate_floor=floor)
+    rows_params = [per_request(v, n) for v in params]
+    want = du.sampling_target_probs(x, per_request(temps, n), *rows_params, top_p_after_top_k=renorm,
+                                    keep_ties=keep_ties)
+    cut = dk.filter_rows(x, temps, *params, n, top_p_after_top_k=renorm, keep_ties=keep_ties,
+                         candidate_cap=cap, candidate_floor=floor)
     z = x / per_request(temps, n).unsqueeze(1)
     key = du._float_key(z)
     width = x.shape[1]
@@ -273,6 +297,16 @@ for name, (which, on, renorm, cap, floor) in variants.items():
         "rows": int(cut["searched"].numel()),
         "kept_sizes": sorted(set((want > 0).sum(dim=1).tolist())),
     }
+    if keep_ties and x.shape[1] <= 1000:  # the reference against the rule's definition (V x V per row)
+        rule = flashinfer_kept(x, per_request(temps, n), *rows_params, renorm)
+        z_rows = x / per_request(temps, n).unsqueeze(1)
+        kept_min = torch.where(want > 0, z_rows, float("inf")).amin(dim=1, keepdim=True)
+        result[f"cut_{name}"]["rule"] = torch.equal(rule, want > 0)
+        # rows where the positional rule would cut inside the run of ties at the cut
+        positional = du.sampling_target_probs(x, per_request(temps, n), *rows_params,
+                                              top_p_after_top_k=renorm, keep_ties=False)
+        result[f"cut_{name}"]["tie_rows"] = int(((want > 0) != (positional > 0)).any(dim=1).sum())
+        result[f"cut_{name}"]["ties_at_cut"] = int(((z_rows == kept_min).sum(dim=1) > 1).sum())
     off = ~torch.isclose(probs, want, rtol=1e-5, atol=1e-7)
     if off.any():  # what a failure needs to be understood: the rows, their path and both masses
         bad = off.any(dim=1).nonzero().flatten()
@@ -283,31 +317,44 @@ for name, (which, on, renorm, cap, floor) in variants.items():
             for r in bad[:6]
         }
 
-# 2. The fused walk + bonus draw against verify_sampling_from_logits' torch path, the same coins.
-def walk_case(bs, budget, topk, depth, vocab, params, renorm, cap, floor, draws):
+# 2. The fused walk + bonus draw against verify_sampling_from_logits' torch path, the same coins, and that
+# path (a cut per row, then only the nodes' and the last rows' probabilities) against verify_sampling on the
+# whole sampling_target_probs.
+def walk_case(bs, budget, topk, depth, vocab, params, renorm, cap, floor, draws, keep_ties=True, tied=False):
     lp = (3 * torch.randn(bs, depth, vocab, generator=gen)).log_softmax(-1)
     tree = du.build_ddtree(lp, budget, topk)
     size = budget + 1
     logits = torch.randn(bs * size, vocab, generator=gen) * 2
+    if tied:  # half-integer logits: runs of ties at most cuts
+        logits = (logits * 2).round() / 2
     rows_depth = torch.cat([tree.depth.new_zeros(bs, 1), tree.depth], dim=1)
     likely = lp.argmax(-1).gather(1, rows_depth.clamp(max=depth - 1))  # the drafter's favourite next token
     logits.view(bs, size, vocab).scatter_add_(2, likely.unsqueeze(2), torch.full((bs, size, 1), 9.0))
     temps = torch.rand(bs, generator=gen) + 0.3
     valid = tree.valid if tree.has_padding else None
-    same, accepted = 0, 0
+    probs = du.sampling_target_probs(
+        logits, temps.repeat_interleave(size),
+        *(None if v is None else v.repeat_interleave(size) for v in params), top_p_after_top_k=renorm,
+        keep_ties=keep_ties).view(bs, size, vocab)
+    same, same_reference, accepted = 0, 0, 0
     for _ in range(draws):
         coins = torch.rand(bs, depth, generator=gen)
         final = torch.rand(bs, generator=gen)
         want = du.verify_sampling_from_logits(
-            tree.tokens, tree.parents, logits, temps, *params, top_p_after_top_k=renorm, coins=coins,
-            final_coins=final, mask=tree.mask, valid=valid, max_depth=depth, path=tree.path,
+            tree.tokens, tree.parents, logits, temps, *params, top_p_after_top_k=renorm, keep_ties=keep_ties,
+            coins=coins, final_coins=final, mask=tree.mask, valid=valid, max_depth=depth, path=tree.path,
             verify_depth=tree.verify_depth)
         got = dk.verify_sampling(
             tree.tokens, tree.parents, logits, temps, *params, coins, final, tree.mask, tree.path,
-            tree.verify_depth, valid, top_p_after_top_k=renorm, candidate_cap=cap, candidate_floor=floor)
+            tree.verify_depth, valid, top_p_after_top_k=renorm, keep_ties=keep_ties, candidate_cap=cap,
+            candidate_floor=floor)
+        reference = du.verify_sampling(
+            tree.tokens, tree.parents, probs, coins=coins, final_coins=final, mask=tree.mask, valid=valid,
+            max_depth=depth, path=tree.path, verify_depth=tree.verify_depth)
         same += all(g.dtype == w.dtype and torch.equal(g, w) for g, w in zip(got, want))
+        same_reference += all(g.dtype == w.dtype and torch.equal(g, w) for g, w in zip(reference, want))
         accepted += int(want[0].sum())
-    return {"same": same, "draws": draws, "accepted": accepted}
+    return {"same": same, "same_reference": same_reference, "draws": draws, "accepted": accepted}
 
 mixed = (torch.tensor([1, 5, 1 << 30, 20]), torch.tensor([1.0, 0.9, 0.7, 0.95]),
          torch.tensor([0.0, 0.05, 0.0, 0.2]))
@@ -316,6 +363,10 @@ result["walk_mixed"] = walk_case(4, 8, 4, 7, 300, mixed, False, 64, 2.0**-14, 3)
 result["walk_mixed_renorm_bisection"] = walk_case(4, 8, 4, 7, 300, mixed, True, 8, 0.3, 2)
 result["walk_top_p_padding"] = walk_case(2, 16, 4, 2, 3, (None, torch.full((2,), 0.9), None), False, 64,
                                          2.0**-14, 3)
+result["walk_mixed_ties"] = walk_case(4, 8, 4, 7, 300, mixed, False, 64, 2.0**-14, 3, tied=True)
+result["walk_mixed_ties_renorm_bisection"] = walk_case(4, 8, 4, 7, 300, mixed, True, 8, 0.3, 2, tied=True)
+result["walk_mixed_positional"] = walk_case(4, 8, 4, 7, 300, mixed, False, 64, 2.0**-14, 3,
+                                            keep_ties=False, tied=True)
 print("SAMPLING-CHECK " + json.dumps(result))
 """
 
@@ -327,16 +378,34 @@ def sampling_results(kernel_package: Path, sglang_cpu_path: str) -> dict:  # noq
                       timeout=900)  # fmt: skip
 
 
-CUTS = ["all_filters", "all_filters_renorm", "ties", "ties_renorm_bisection", "bisection",
-        "top_k_only_bisection", "temperature_only", "peaked_tiles",
+CUTS = ["all_filters", "all_filters_renorm", "ties", "ties_renorm", "ties_renorm_bisection", "ties_bisection",
+        "ties_top_p_only", "bisection", "top_k_only_bisection", "temperature_only", "peaked_tiles",
         "peaked_tiles_temperature_only"]  # fmt: skip
 
 
+@pytest.mark.parametrize("rule", ["", ":positional"], ids=["flashinfer_ties", "positional"])
 @pytest.mark.parametrize("case", CUTS)
-def test_sampling_filter_keeps_the_sorted_reference_prefix(sampling_results: dict, case: str) -> None:
-    """Same kept tokens as sampling_target_probs' sort (ties included) and the same probabilities."""
-    got = sampling_results[f"cut_{case}"]
+def test_sampling_filter_keeps_the_sorted_reference_prefix(
+    sampling_results: dict, case: str, rule: str
+) -> None:
+    """Same kept tokens as sampling_target_probs' sort (ties included) and the same probabilities, under
+    flashinfer's tie rule (the default) and the pytorch backend's positional one."""
+    got = sampling_results[f"cut_{case}{rule}"]
     assert got["same_kept"] and got["probs_close"] and got["row_max"], got
+
+
+@pytest.mark.parametrize("case", [case for case in CUTS if not case.startswith("peaked")])
+def test_reference_keeps_what_flashinfers_rule_defines(sampling_results: dict, case: str) -> None:
+    """sampling_target_probs(keep_ties=True) against the rule written token by token: fewer than top_k
+    tokens above, their mass below top_p of the (top-k) mass (strict), w >= min_p."""
+    assert sampling_results[f"cut_{case}"]["rule"], sampling_results[f"cut_{case}"]
+
+
+def test_tie_cases_cut_inside_runs_of_ties(sampling_results: dict) -> None:
+    """The tie ladders really put ties at the cut, where the two rules keep different tokens."""
+    for case in ("ties", "ties_renorm", "ties_bisection", "ties_top_p_only", "top_k_only_bisection"):
+        got = sampling_results[f"cut_{case}"]
+        assert got["ties_at_cut"] >= 6 and got["tie_rows"] >= 3, (case, got)
 
 
 def test_sampling_filter_cases_exercise_both_cut_searches(sampling_results: dict) -> None:
@@ -351,14 +420,16 @@ def test_sampling_filter_cases_exercise_both_cut_searches(sampling_results: dict
     assert 1 in tied_sizes and len(tied_sizes) > 5
 
 
-WALKS = ["walk_temperature_only", "walk_mixed", "walk_mixed_renorm_bisection", "walk_top_p_padding"]
+WALKS = ["walk_temperature_only", "walk_mixed", "walk_mixed_renorm_bisection", "walk_top_p_padding",
+         "walk_mixed_ties", "walk_mixed_ties_renorm_bisection", "walk_mixed_positional"]  # fmt: skip
 
 
 @pytest.mark.parametrize("case", WALKS)
 def test_sampling_verify_kernels_equal_the_torch_walk(sampling_results: dict, case: str) -> None:
-    """Same accept length, accepted path and bonus token as the torch path for the same coins."""
+    """Same accept length, accepted path and bonus token as the torch path for the same coins, and the
+    torch path the same as verify_sampling over the whole sampling_target_probs."""
     got = sampling_results[case]
-    assert got["same"] == got["draws"], got
+    assert got["same"] == got["draws"] and got["same_reference"] == got["draws"], got
     assert got["accepted"] >= 1, f"the case never accepts a draft node: {got}"
 
 
@@ -368,88 +439,86 @@ def test_sampling_verify_cases_accept_many_draft_nodes(sampling_results: dict) -
 
 
 COMPILE = r"""
-import json, sys
+import json, os, sys, time
+import torch
 import triton
+from triton import knobs
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from ddt import ddtree_kernels as dk
+from ddt import ddtree_kernels as dk, ddtree_utils as du
 
-def signature(pointers, scalars, constexprs):
-    sig = {**pointers, **{name: "i32" for name in scalars}, **{name: "constexpr" for name in constexprs}}
-    return sig, constexprs
+class RecordingDriver:
+    # Stands in for the CUDA driver (there is no GPU here): the launchers run as on the device, Triton's own
+    # JIT binder specialises every launch (argument dtypes, divisibility by 16 of pointers and integers,
+    # constexprs, num_warps) and the cache hook below records that instead of compiling and launching.
+    def __init__(self):
+        self.target = GPUTarget("cuda", 90, 32)
+    def is_active(self):
+        return True
+    def get_current_target(self):
+        return self.target
+    def get_current_device(self):
+        return 0
+    def get_current_stream(self, device=None):
+        return 0
 
-rank_ptrs = dict(zip(
-    "key_ptr ids_ptr info_ptr position_ptr row_cand_ptr tokens_ptr scores_ptr valid_ptr".split(),
-    ["*i64"] * 6 + ["*fp32", "*i8"]))
-rows_ptrs = dict(zip(
-    "info_ptr anc_ptr position_ptr row_cand_ptr parents_ptr verify_depth_ptr mask_ptr path_ptr".split(),
-    ["*i64"] * 6 + ["*i8", "*i64"]))
-verify_ptrs = dict(zip(
-    "tokens_ptr parents_ptr target_ptr mask_ptr path_ptr verify_depth_ptr valid_ptr accept_len_ptr "
-    "accept_idx_ptr bonus_ptr".split(),
-    ["*i64", "*i64", "*i64", "*i8", "*i64", "*i64", "*i8", "*i64", "*i64", "*i64"]))
-kernels = {  # the pro6000 profile's shapes: vocab 163840, top-k 4, depth 7, budget 8
-    "_tile_topk_kernel": signature(
-        {"scores_ptr": "*fp32", "cand_value_ptr": "*fp32", "cand_index_ptr": "*i32", "tile_max_ptr": "*fp32",
-         "tile_sum_ptr": "*fp32"}, ["row_stride", "num_cols"],
-        {"K": 4, "K_PAD": 4, "TILE": 4096, "NONE": 2**31 - 1}),
-    "_tile_topk_prefilter_kernel": signature(
-        {"scores_ptr": "*fp32", "cand_value_ptr": "*fp32", "cand_index_ptr": "*i32", "tile_max_ptr": "*fp32",
-         "tile_sum_ptr": "*fp32"}, ["row_stride", "num_cols"],
-        {"K": 4, "K_PAD": 4, "TILE": 4096, "GROUP": 64, "NONE": 2**31 - 1}),
-    "_merge_topk_kernel": signature(
-        {"cand_value_ptr": "*fp32", "cand_index_ptr": "*i32", "tile_max_ptr": "*fp32",
-         "tile_sum_ptr": "*fp32", "out_value_ptr": "*fp32", "out_index_ptr": "*i64", "out_lse_ptr": "*fp32"},
-        ["num_tiles"],
-        {"K": 4, "K_PAD": 4, "CAND": 256, "TILES": 64, "NONE": 2**31 - 1}),
-    "_score_kernel": signature({"values_ptr": "*fp32", "term_ptr": "*i64", "key_ptr": "*i64"}, [], dict(
-        C=43, BLOCK=64, D=7, DK=28, FIXED_ONE=2.0**40, FLOOR=-1.0e4, PAD_SCORE=-(2**62))),
-    "_rank_kernel": signature(rank_ptrs, ["num_real"], dict(
-        C=43, C_PAD=64, BLOCK=64, DK=28, BUDGET=8, FIXED_ONE=2.0**40)),
-    "_tree_rows_kernel": signature(rows_ptrs, [], dict(C=43, D=7, D_PAD=8, BUDGET=8, N_PAD=16)),
-    "_verify_greedy_kernel": signature(verify_ptrs, [], dict(N=9, N_PAD=16, D=7, D_PAD=8, HAS_VALID=False)),
-}
-# Sampling verification (pro6000 shapes, every filter on, top-p on the renormalised top-k mass).
-rows_ptrs = {"logits_ptr": "*fp32", "temp_ptr": "*fp32", "row_max_ptr": "*fp32", "kept_mass_ptr": "*fp32",
-             "cut_key_ptr": "*i32", "cut_idx_ptr": "*i32"}
-mass_ptrs = {"logits_ptr": "*fp32", "temp_ptr": "*fp32", "tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp64",
-             "count_ptr": "*i32",
-             "tile_mass_ptr": "*fp64", "cand_z_ptr": "*fp32", "cand_idx_ptr": "*i32", "floor": "fp32"}
-residual_ptrs = {**rows_ptrs, "tokens_ptr": "*i64", "parents_ptr": "*i64", "valid_ptr": "*i8",
-                 "last_ptr": "*i64", "tile_mass_ptr": "*fp64"}
-kernels.update({
-    "_sample_max_kernel": signature(
-        {"logits_ptr": "*fp32", "temp_ptr": "*fp32", "tile_max_ptr": "*fp32", "tile_sum_ptr": "*fp64",
-         "count_ptr": "*i32"},
-        ["row_stride", "vocab"], dict(N=9, TILE=4096)),
-    "_sample_mass_kernel": signature(
-        mass_ptrs, ["row_stride", "vocab"], dict(N=9, TILE=4096, TILES=64, CAP=2048)),
-    "_sample_cut_kernel": signature(
-        {**mass_ptrs, **rows_ptrs, "topk_ptr": "*i32", "topp_ptr": "*fp32", "minp_ptr": "*fp32",
-         "searched_ptr": "*i8"}, ["row_stride", "vocab"],
-        dict(N=9, TILE=4096, TILES=64, CAP=2048, HAS_TOP_K=True, HAS_TOP_P=True, HAS_MIN_P=True,
-             RENORM=True)),
-    "_sample_walk_kernel": signature(
-        {**rows_ptrs, **dict(zip(
-            "tokens_ptr parents_ptr mask_ptr path_ptr verify_depth_ptr valid_ptr coins_ptr "
-            "accept_len_ptr accept_idx_ptr last_ptr fallback_ptr".split(),
-            ["*i64", "*i64", "*i8", "*i64", "*i64", "*i8", "*fp32"] + ["*i64"] * 4))},
-        ["row_stride"], dict(N=9, N_PAD=16, D=7, D_PAD=8, HAS_VALID=True)),
-    "_residual_mass_kernel": signature(
-        residual_ptrs, ["row_stride", "vocab"], dict(N=9, N_PAD=16, TILE=4096, HAS_VALID=True)),
-    "_residual_draw_kernel": signature(
-        {**residual_ptrs, "final_coins_ptr": "*fp32", "fallback_ptr": "*i64", "bonus_ptr": "*i64"},
-        ["row_stride", "vocab"], dict(N=9, N_PAD=16, TILE=4096, TILES=64, HAS_VALID=True)),
-})
-result = {}
+recorded = {}
+
+def record(*, key, repr, fn, compile, is_manual_warmup, already_compiled):
+    spec = (fn.name, str(compile["signature"]), str(compile["constants"]), str(compile["configs"][0]),
+            compile["num_warps"], compile["num_stages"])
+    recorded.setdefault(spec, (fn.jit_function, compile))
+    return True  # skip the compile and the launch
+
+triton.runtime.driver.set_active(RecordingDriver())
+knobs.runtime.jit_cache_hook = record
+
+# The shapes of the target profiles (Kimi's vocabulary, budget 8, top-k 4, depth 7), inputs as the worker
+# passes them: float32 scores and logits, SGLang's sampling dtypes (du.sampling_variants).
+bs, budget, topk, depth, vocab = 2, 8, 4, 7, 163840
+gen = torch.Generator().manual_seed(0)
+size = budget + 1
+for switch in ("0", "1"):  # the tile kernel, and the opt-in prefilter
+    os.environ["SGLANG_DDTREE_TOPK_PREFILTER"] = switch
+    dk.topk_logsumexp(torch.randn(bs, vocab, generator=gen), du._effective_k(topk, vocab, budget))
+lp = torch.randn(bs, depth, vocab, generator=gen).log_softmax(-1)
+values, ids = du.draft_topk(lp, topk, budget)
+tree = du.build_ddtree_from_topk(values, ids, budget)
+dk.build_tree(values, ids, du._plan(budget, values.shape[-1], depth, values.device))
+logits = torch.randn(bs * size, vocab, generator=gen)
+temperatures = torch.ones(bs, dtype=torch.float32)
+coins, final = torch.rand(bs, depth, generator=gen), torch.rand(bs, generator=gen)
+for valid in (None, torch.ones(bs, budget, dtype=torch.bool)):  # a padded tree carries `valid`
+    dk.verify_greedy(tree.tokens, tree.parents, torch.randint(0, vocab, (bs, size), generator=gen), tree.mask,
+                     tree.path, tree.verify_depth, valid)
+    for name, filters in du.sampling_variants(bs, "cpu").items():
+        renorm = filters.pop("top_p_after_top_k")
+        dk.verify_sampling(tree.tokens, tree.parents, logits, temperatures, filters["top_ks"],
+                           filters["top_ps"], filters["min_ps"], coins, final, tree.mask, tree.path,
+                           tree.verify_depth, valid, top_p_after_top_k=renorm)
+knobs.runtime.jit_cache_hook = None  # from here on: compile for each arch given
+
+result = {"variants": {}, "failed": {}}
 for arch in sys.argv[1:]:
-    for name, (sig, constexprs) in kernels.items():
-        fn = getattr(dk, name)
-        # the order of the kernel's own parameters
-        sig = {p: sig[p] for p in fn.arg_names}
-        compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs),
-                                  target=GPUTarget("cuda", int(arch), 32))
-        result[f"{arch}:{name}"] = len(compiled.asm["cubin"])
+    for (name, *_), (fn, spec) in recorded.items():
+        constants = ",".join(f"{fn.arg_names[path[0]]}={value}" for path, value in spec["constants"].items())
+        label = f"{name}[{constants}, num_warps={spec['num_warps']}]"
+        result.setdefault("divisibility", {})[name] = sum(
+            ["tt.divisibility", 16] in attr for attr in spec["configs"][0].values())
+        result["variants"].setdefault(name, [])
+        if label not in result["variants"][name]:
+            result["variants"][name].append(label)
+        source = ASTSource(fn=fn, signature=spec["signature"], constexprs=spec["constants"],
+                           attrs=spec["configs"][0])
+        try:
+            options = {"num_warps": spec["num_warps"], "num_stages": spec["num_stages"]}
+            compiled = triton.compile(source, target=GPUTarget("cuda", int(arch), 32), options=options)
+            cubin = len(compiled.asm["cubin"])
+            result.setdefault("cubins", {}).setdefault(f"{arch}:{name}", []).append(cubin)
+            if cubin <= 1000:
+                result["failed"][f"sm_{arch} {label}"] = "cubin of under 1000 bytes"
+        except Exception as exc:  # the next variant still compiles: one report names every failure
+            result["failed"][f"sm_{arch} {label}"] = f"{type(exc).__name__}: {str(exc)[-300:]}"
 print("KERNEL-COMPILE " + json.dumps(result))
 """
 KERNEL_NAMES = [
@@ -470,8 +539,9 @@ KERNEL_NAMES = [
 
 
 def target_archs() -> list[str]:
-    """sm_XY of every target profile (env/targets/*.yaml compute_capability) and the H200 device's 90."""
-    archs = {"90"}
+    """sm_XY of every target profile (env/targets/*.yaml compute_capability), the H200 device's 90 and
+    B200's 100."""
+    archs = {"90", "100"}
     for profile in sorted((REPO_ROOT / "env" / "targets").glob("*.yaml")):
         capability = str(yaml.safe_load(profile.read_text(encoding="utf-8"))["gpu"]["compute_capability"])
         archs.add(capability.replace(".", ""))
@@ -481,15 +551,34 @@ def target_archs() -> list[str]:
 @pytest.fixture(scope="module")
 def compiled(kernel_package: Path, sglang_cpu_path: str) -> dict:  # noqa: F811
     return run_script(COMPILE, "KERNEL-COMPILE", kernel_package, sglang_cpu_path, interpret=False,
-                      timeout=900, args=target_archs())  # fmt: skip
+                      timeout=1800, args=target_archs())  # fmt: skip
 
 
 def test_target_archs_come_from_the_profiles() -> None:
-    assert {"90", "103", "120"} <= set(target_archs())
+    assert {"90", "100", "103", "120"} <= set(target_archs())
 
 
 @pytest.mark.parametrize("name", KERNEL_NAMES)
 def test_kernels_compile_to_cubin_for_every_target_arch(compiled: dict, name: str) -> None:
-    """Triton's own compiler (LLVM + its bundled ptxas) builds sm_90/103/120 code here, without a GPU."""
+    """Triton's own compiler (LLVM + its bundled ptxas) builds sm_90/100/103/120 code here, without a GPU,
+    for every variant of the kernel that the launchers specialise (see COMPILE)."""
+    failed = {variant: why for variant, why in compiled["failed"].items() if f" {name}[" in variant}
+    assert not failed, failed
+    variants = len(compiled["variants"].get(name, []))
+    assert variants >= 1, f"the launchers never launched {name}"
     for arch in target_archs():
-        assert compiled.get(f"{arch}:{name}", 0) > 1000, f"no sm_{arch} cubin for {name}"
+        assert len(compiled["cubins"].get(f"{arch}:{name}", [])) == variants, f"sm_{arch} {name}"
+
+
+def test_compile_covers_every_sampling_variant(compiled: dict) -> None:
+    """The runtime's specialisation, not a hand-written one: each filter combination of the warm-up
+    (du.sampling_variants: 8 on/off combinations + top-p after top-k) is its own _sample_cut_kernel, the
+    plain-temperature one included (the variant that crashed TritonGPUCoalesce on the H200), with
+    divisibility attributes and the launch's num_warps."""
+    cut = compiled["variants"]["_sample_cut_kernel"]
+    assert len(cut) == 9, cut
+    plain = [v for v in cut if "HAS_TOP_K=False,HAS_TOP_P=False,HAS_MIN_P=False,RENORM=False" in v]
+    assert len(plain) == 1 and "num_warps=8" in plain[0], cut
+    assert compiled["divisibility"]["_sample_cut_kernel"] >= 16, compiled["divisibility"]
+    assert len(compiled["variants"]["_sample_mass_kernel"]) == 2  # candidates listed or not (FILTERED)
+    assert len(compiled["variants"]["_sample_walk_kernel"]) == 2  # with and without `valid`

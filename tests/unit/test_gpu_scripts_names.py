@@ -1,0 +1,56 @@
+"""The device scripts (tests/gpu/*.py) use only names that the ddtree package really defines.
+
+They run only on the GPU host, so a name that moved (ddtree.smoke.start_ddtree_server went to
+ddtree.smoke_server in the smoke split) used to show there first, as an AttributeError after the device
+sitting had started. Here every `from ddtree import m` / `import ddtree.m as x` in those scripts is read
+with ast and each `m.name` they use is looked up on the real module.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+GPU_SCRIPTS = sorted((Path(__file__).resolve().parents[1] / "gpu").glob("*.py"))
+
+
+def ddtree_uses(source: str) -> set[tuple[str, str]]:
+    """(module, attribute) for each `alias.attribute` where alias names a module of the ddtree package."""
+    tree = ast.parse(source)
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "ddtree":
+            for name in node.names:
+                aliases[name.asname or name.name] = f"{node.module}.{name.name}"
+        elif isinstance(node, ast.Import):
+            for name in node.names:
+                if name.name.startswith("ddtree.") and name.asname:
+                    aliases[name.asname] = name.name
+    uses = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+            uses.add((aliases[node.value.id], node.attr))
+    return uses
+
+
+def test_the_reader_finds_a_missing_name() -> None:
+    """The check can fail: the pre-fix step-checks line names a function ddtree.smoke does not have."""
+    uses = ddtree_uses("from ddtree import smoke\nserver = smoke.start_ddtree_server(1, 2)\n")
+    assert uses == {("ddtree.smoke", "start_ddtree_server")}
+    assert not hasattr(importlib.import_module("ddtree.smoke"), "start_ddtree_server")
+
+
+@pytest.mark.parametrize("script", GPU_SCRIPTS, ids=lambda p: p.name)
+def test_gpu_script_uses_only_defined_ddtree_names(script: Path) -> None:
+    missing = []
+    for module_name, attribute in sorted(ddtree_uses(script.read_text(encoding="utf-8"))):
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError:
+            continue  # `from ddtree.x import name` of a non-module name: Python checks that at import
+        if not hasattr(module, attribute):
+            missing.append(f"{module_name}.{attribute}")
+    assert not missing, f"{script.name} uses names its modules do not define: {missing}"
