@@ -18,7 +18,12 @@ MAX_DEPTH = 64
 
 
 class JsonProblem(ValueError):
-    """Why a text is not acceptable JSON, in a few words (the caller names where it came from)."""
+    """Why a text is not acceptable JSON, in a few words (the caller names where it came from);
+    `brief` is the words without the parser's detail (for messages that show the text instead)."""
+
+    def __init__(self, message: str, brief: str | None = None) -> None:
+        super().__init__(message)
+        self.brief = brief or message
 
 
 def depth(value: Any) -> int:
@@ -42,9 +47,11 @@ def parse(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
     except RecursionError as exc:
         raise JsonProblem(f"JSON nested deeper than {max_depth} levels") from exc
     except UnicodeDecodeError as exc:
-        raise JsonProblem(f"not UTF-8 (byte {exc.start})") from exc
+        raise JsonProblem(f"not UTF-8 (byte {exc.start})", "not JSON") from exc
     except json.JSONDecodeError as exc:
-        raise JsonProblem(f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from exc
+        raise JsonProblem(
+            f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})", "not JSON"
+        ) from exc
     if depth(value) > max_depth:
         raise JsonProblem(f"JSON nested deeper than {max_depth} levels")
     return value
