@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -201,15 +201,13 @@ class Client:
             try:
                 conn.request(method, self.endpoint.path(route), body, headers=self._headers())
                 resp = conn.getresponse()
-                raw = resp.read(MAX_BODY_BYTES + 1)
+                raw = read_body(resp, lambda: deadline.expired)
             except (OSError, http.client.HTTPException) as exc:
                 return 0, deadline.explain(exc)
             finally:
                 conn.close()
         if deadline.expired:
             return 0, deadline.explain(None)
-        if len(raw) > MAX_BODY_BYTES:
-            return 0, f"the answer is longer than {MAX_BODY_BYTES >> 20} MiB"
         return resp.status, raw.decode("utf-8", "replace")
 
     def get_text(self, route: str, timeout: float = 10.0) -> tuple[int, str]:
@@ -318,7 +316,7 @@ class Client:
                 return result
             tracker = _StreamTracker(self.api, result)
             ended = False
-            for data in iter_sse(resp):
+            for data in iter_sse(resp, lambda: deadline.expired):
                 now = time.perf_counter()
                 if data == "[DONE]":
                     ended = True
@@ -410,15 +408,12 @@ def _snippet(body: str, width: int = 120) -> str:
     return repr(text if len(text) <= width else text[:width] + "...") if text else "(empty body)"
 
 
-def iter_sse(resp: http.client.HTTPResponse) -> Iterator[str]:
-    """Yield each server-sent event's data (multi-line data joined with newlines)."""
+def iter_sse(resp: http.client.HTTPResponse, expired: Callable[[], bool] = lambda: False) -> Iterator[str]:
+    """Yield each server-sent event's data (multi-line data joined with newlines). Reads with `read1`
+    (what has arrived, at most one socket read) and asks `expired` before each read, so keep-alives or
+    one byte at a time cannot hold it past a deadline; a line over MAX_BODY_BYTES is refused."""
     lines: list[str] = []
-    while True:
-        raw = resp.readline(MAX_BODY_BYTES)
-        if not raw:
-            break
-        if len(raw) >= MAX_BODY_BYTES and not raw.endswith(b"\n"):
-            raise http.client.HTTPException(f"a stream line longer than {MAX_BODY_BYTES >> 20} MiB")
+    for raw in _lines(resp, expired):
         line = raw.decode("utf-8", "replace").rstrip("\r\n")
         if not line:
             if lines:
@@ -431,6 +426,38 @@ def iter_sse(resp: http.client.HTTPResponse) -> Iterator[str]:
             lines.append(line[5:].removeprefix(" "))
     if lines:
         yield "\n".join(lines)
+
+
+def _lines(resp: http.client.HTTPResponse, expired: Callable[[], bool]) -> Iterator[bytes]:
+    pending = b""
+    while not expired():
+        chunk = resp.read1(1 << 16)
+        if not chunk:
+            break
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        yield from complete
+        if len(pending) > MAX_BODY_BYTES:
+            raise http.client.HTTPException(f"a stream line longer than {MAX_BODY_BYTES >> 20} MiB")
+    if pending and not expired():
+        yield pending
+
+
+def read_body(
+    resp: http.client.HTTPResponse, expired: Callable[[], bool], limit: int = MAX_BODY_BYTES
+) -> bytes:
+    """The whole body, read as it arrives while `expired` says no; a body over `limit` raises."""
+    parts: list[bytes] = []
+    size = 0
+    while not expired():
+        chunk = resp.read1(1 << 16)
+        if not chunk:
+            break
+        parts.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise http.client.HTTPException(f"the answer is longer than {limit >> 20} MiB")
+    return b"".join(parts)
 
 
 class _StreamTracker:
