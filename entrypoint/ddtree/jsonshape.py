@@ -9,6 +9,7 @@ it against a schema first gives one line naming the field. Schemas are plain Pyt
     (A, B)                  any of the alternatives
     [A]                     a list whose items are A
     {"key": A}              an object; a key present must be A, other keys are free; Required(A): present
+    MapOf(A)                an object whose every value is A (labels: name -> string)
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ class Required:
     schema: Any
 
 
+@dataclass(frozen=True)
+class MapOf:
+    """An object of any keys whose values are all `schema`."""
+
+    schema: Any
+
+
 def _type_name(value: Any) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", NONE: "null"}.get(
         type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__
@@ -38,7 +46,7 @@ def _expected(schema: Any) -> str:
         return " or ".join(_expected(s) for s in schema)
     if isinstance(schema, list):
         return "a list"
-    if isinstance(schema, dict):
+    if isinstance(schema, (dict, MapOf)):
         return "an object"
     if schema is float:
         return "a number"
@@ -61,6 +69,14 @@ def problem(value: Any, schema: Any, where: str = "") -> str | None:
             return f"{label} is {_type_name(value)}, expected a list"
         for i, item in enumerate(value):
             found = problem(item, schema[0], f"{where}[{i}]")
+            if found:
+                return found
+        return None
+    if isinstance(schema, MapOf):
+        if not isinstance(value, dict):
+            return f"{label} is {_type_name(value)}, expected an object"
+        for key, item in value.items():
+            found = problem(item, schema.schema, f"{where}.{key}" if where else key)
             if found:
                 return found
         return None

@@ -27,7 +27,9 @@ from typing import Any
 
 from ddtree import __version__, gpu, image_identity
 from ddtree.errors import UserError
-from ddtree.fsutil import atomic_write
+from ddtree.fsutil import atomic_write, read_text
+from ddtree.jsonshape import NONE, MapOf, Required, problem
+from ddtree.jsontext import JsonProblem, parse
 
 SCHEMA = "ddtree-receipt/1"
 KINDS = ("live", "bench")
@@ -223,17 +225,33 @@ def write(path: Path, document: Mapping[str, Any]) -> Path:
     return Path(path)
 
 
+# The fields `verify` reads (ddtree.jsonshape); a receipt of another shape is refused, naming the field.
+SHAPE = {
+    "schema": Required(str),
+    "kind": Required(str),
+    "digest": Required(str),
+    "verdict": (str, NONE),
+    "checks": Required([{"name": Required(str), "status": Required(str), "detail": (str, NONE)}]),
+    "image": ({"key": (str, NONE), "labels": (MapOf(str), NONE), "config_digest": (str, NONE)}, NONE),
+}
+
+
 def load(path: Path) -> dict[str, Any]:
+    """A receipt file: UTF-8 JSON (depth-limited) of SHAPE; anything else is one line naming the file."""
+    hint = "give a receipt written by `ddtree selfcheck --live` or `ddtree bench`"
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise UserError(
-            f"{path}: not found; give a receipt written by `ddtree selfcheck --live` or `ddtree bench`", 2
-        ) from exc
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: not readable JSON ({exc})") from exc
+        text = read_text(Path(path), f"not found; {hint}")
+    except UserError as exc:
+        raise UserError(str(exc), 2) from exc
+    try:
+        data = parse(text)
+    except JsonProblem as exc:
+        raise UserError(f"{path}: not readable JSON ({exc}); {hint}") from exc
     if not is_receipt(data):
         raise UserError(f"{path}: not a ddtree receipt (no schema {SCHEMA})")
+    misfit = problem(data, SHAPE)
+    if misfit:
+        raise UserError(f"{path}: not a well-formed receipt ({misfit}); {hint}")
     return data
 
 

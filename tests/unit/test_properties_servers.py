@@ -12,6 +12,7 @@ it answers the routes the two commands read, as SGLang 0.5.13.post1 does when no
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 import time
@@ -37,7 +38,11 @@ ROUTES = (
 )  # fmt: skip
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=8),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
     max_leaves=12,
 )
@@ -99,10 +104,8 @@ def _handler(answers: dict[str, tuple]) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 body = {}
             answer = answers.get(route) or _plausible(route, body if isinstance(body, dict) else {})
-            try:
+            with contextlib.suppress(OSError):  # the client gave up (its timeout), as a real server sees
                 self._send(answer)
-            except OSError:
-                pass  # the client gave up (its timeout): what a real server sees too
 
         def _send(self, answer: tuple) -> None:
             kind = answer[0]
