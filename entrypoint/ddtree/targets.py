@@ -210,6 +210,9 @@ def _server_args(source: Path | str, data: Any) -> dict[str, ServerArgValue]:
     for flag in REQUIRED_SERVER_ARGS:
         if data.get(flag) in (None, False, ""):
             raise _fail(source, f"server_args.{flag}", "is required")
+    port = data.get("port")
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
+        raise _fail(source, "server_args.port", f"must be a port number 1..65535, got {port!r}")
     return dict(data)
 
 
@@ -255,11 +258,30 @@ def _cross_checks(source: Path | str, target: Target) -> None:
             )
 
 
+def _refuse_control_characters(source: Path | str, data: Any, key: str = "") -> None:
+    """No profile value holds a newline or another control character: values become Dockerfile ENV and
+    EXPOSE lines, shell-quoted commands and argv tokens, where a newline starts a new instruction. `origin`
+    (free provenance notes, rendered nowhere) may."""
+    if isinstance(data, dict):
+        for name, value in data.items():
+            path = f"{key}.{name}" if key else str(name)
+            _refuse_control_characters(source, name, path)
+            _refuse_control_characters(source, value, path)
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            _refuse_control_characters(source, value, f"{key}[{index}]")
+    elif isinstance(data, str) and any(ord(c) < 32 or ord(c) == 127 for c in data):
+        raise _fail(
+            source, key, f"holds a control character (a newline, a tab...): {data!r}; keep it on one line"
+        )
+
+
 def validate_target(data: Any, source: Path | str) -> Target:
     """Schema-check parsed YAML; every error is one line naming the file and the key."""
     if not isinstance(data, dict):
         raise UserError(f"{source}: expected a mapping at the top level")
     _check_keys(source, data, _TOP_KEYS, "")
+    _refuse_control_characters(source, {k: v for k, v in data.items() if k != "origin"})
     if data.get("schema") != SCHEMA_VERSION:
         raise _fail(source, "schema", f"must be {SCHEMA_VERSION}, got {data.get('schema')!r}")
     name = _str(source, data, "name")
