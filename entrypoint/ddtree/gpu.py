@@ -46,7 +46,10 @@ def run_nvidia_smi(argv: Sequence[str]) -> str:
     if shutil.which(argv[0]) is None:
         raise UserError(f"no GPU visible: {argv[0]} is not on PATH in this container; {GPU_HINT}")
     try:
-        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=30, check=False)
+        # errors="replace": a driver's odd bytes must not become a traceback; the fields read are ASCII
+        done = subprocess.run(
+            list(argv), capture_output=True, text=True, errors="replace", timeout=30, check=False
+        )
     except subprocess.TimeoutExpired as exc:
         raise UserError("no GPU answer: nvidia-smi hung for 30 s; check the driver on the host") from exc
     if done.returncode != 0:
