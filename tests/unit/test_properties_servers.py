@@ -29,6 +29,7 @@ from tests.unit.bench_double import send_body, serve_handler
 from tests.unit.test_live import GOOD_INFO
 
 TIMEOUT_S = 1.0
+SECRET = "sk-hostile-test-key-0123456789"
 # bench sends a probe, a warm-up, the measured rounds and two greedy runs: each may take the whole timeout
 BOUND_S = 40.0
 ROUTES = (
@@ -59,7 +60,9 @@ shaped_values = st.recursive(
 hostile = st.one_of(
     st.tuples(st.just("json"), st.sampled_from([200, 200, 200, 404, 500]), shaped_values),
     st.tuples(st.just("stream"), st.lists(shaped_values, max_size=3), st.booleans()),
-    st.sampled_from([("deep",), ("not-utf8",), ("keepalive",), ("drip",), ("close",), ("huge-status",)]),
+    st.sampled_from(
+        [("deep",), ("not-utf8",), ("keepalive",), ("drip",), ("close",), ("huge-status",), ("echo",)]
+    ),
 )
 
 
@@ -115,6 +118,8 @@ def _handler(answers: dict[str, tuple]) -> type[BaseHTTPRequestHandler]:
                 send_body(self, 200, "application/json", b"[" * 200_000 + b"]" * 200_000)
             elif kind == "not-utf8":
                 send_body(self, 200, "application/json", b'{"text": "\xff\xfe"}')
+            elif kind == "echo":  # a server that repeats the request's headers, bearer token included
+                send_body(self, 500, "text/plain", str(self.headers).encode())
             elif kind == "huge-status":
                 self.wfile.write(b"HTTP/1.1 99999 Odd\r\nContent-Length: 2\r\n\r\n{}")
             elif kind == "close":
@@ -145,10 +150,13 @@ def _handler(answers: dict[str, tuple]) -> type[BaseHTTPRequestHandler]:
 
 
 def _assert_no_half_written(folder: Path) -> None:
+    """No temporary file left, every JSON file whole, and the API key in none of them."""
     for path in folder.rglob("*"):
         assert not path.name.endswith(".tmp"), path
         if path.suffix == ".json":
             json.loads(path.read_text())
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
 
 
 servers = st.dictionaries(st.sampled_from(ROUTES), hostile, min_size=1, max_size=3)
@@ -160,6 +168,7 @@ def test_bench_against_a_hostile_server(answers: dict[str, tuple], capsys) -> No
     with tempfile.TemporaryDirectory() as folder, serve_handler(_handler(answers)) as url:
         out = Path(folder) / "bench"
         argv = ["bench", "--url", url, "--timeout", str(TIMEOUT_S), "--contexts", "60", "--concurrency", "1",
+                "--api-key", SECRET,
                 "--repeats", "1", "--warmup", "0", "--max-tokens", "4", "--tokenizer", "server",
                 "--out", str(out), "--quiet", "--no-plots"]  # fmt: skip
         start = time.monotonic()
@@ -168,6 +177,7 @@ def test_bench_against_a_hostile_server(answers: dict[str, tuple], capsys) -> No
         _assert_no_half_written(Path(folder))
     text = "\n".join(err)
     assert "Traceback" not in text, text
+    assert SECRET not in capsys.readouterr().out + text
     assert code in (0, 1, 2), (code, text)
     if code:
         assert len(err) == 1 and err[0].startswith("ddtree: error: "), text
@@ -176,7 +186,8 @@ def test_bench_against_a_hostile_server(answers: dict[str, tuple], capsys) -> No
 
 @settings(max_examples=max(4, settings.default.max_examples // 4))
 @given(answers=servers)
-def test_live_against_a_hostile_server(answers: dict[str, tuple], capsys) -> None:
+def test_live_against_a_hostile_server(answers: dict[str, tuple], capsys, monkeypatch) -> None:
+    monkeypatch.setenv("DDTREE_API_KEY", SECRET)
     with tempfile.TemporaryDirectory() as folder, serve_handler(_handler(answers)) as url:
         receipt = Path(folder) / "receipt.json"
         argv = ["selfcheck", "--live", url, "--timeout", str(TIMEOUT_S), "--runs", "1", "--max-tokens", "4",
@@ -187,6 +198,7 @@ def test_live_against_a_hostile_server(answers: dict[str, tuple], capsys) -> Non
         _assert_no_half_written(Path(folder))
     text = "\n".join(out + err)
     assert "Traceback" not in text, text
+    assert SECRET not in text
     assert code in (0, 1, 2), (code, text)
     assert out and out[-1].startswith("verdict: "), text
     assert elapsed < BOUND_S, f"{elapsed:.0f} s against {answers}"
@@ -210,6 +222,16 @@ def test_deeply_nested_server_info_is_named(capsys) -> None:
         code, out, _ = run_cli(cli.main, capsys, ["selfcheck", "--live", url, "--receipt", ""])
     assert code == 1
     assert any("JSON nested deeper than 64 levels" in line for line in out), out
+
+
+def test_a_server_echoing_the_bearer_token_does_not_print_it(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("DDTREE_API_KEY", SECRET)
+    echo = {"GET /server_info": ("echo",), "GET /get_server_info": ("echo",)}
+    with serve_handler(_handler(echo)) as url:
+        code, out, err = run_cli(cli.main, capsys, ["selfcheck", "--live", url, "--receipt", "", "--json"])
+    text = "\n".join(out + err)
+    assert code == 1 and "Bearer ****" in text, text
+    assert SECRET not in text
 
 
 def test_a_url_with_a_bad_port_is_one_line(capsys) -> None:

@@ -195,7 +195,11 @@ class Client:
 
     def _exchange(self, method: str, route: str, body: str | None, timeout: float) -> tuple[int, str]:
         """(status, body) of one request, all of it within `timeout`. Connection problems, a timeout and
-        a body over MAX_BODY_BYTES give status 0 and the error text."""
+        a body over MAX_BODY_BYTES give status 0 and the error text. The body never holds the API key."""
+        status, body = self._exchange_raw(method, route, body, timeout)
+        return status, self.redact(body)
+
+    def _exchange_raw(self, method: str, route: str, body: str | None, timeout: float) -> tuple[int, str]:
         conn = self.endpoint.connect(timeout)
         with Deadline(conn, timeout) as deadline:
             try:
@@ -217,6 +221,10 @@ class Client:
     def post_text(self, route: str, payload: dict[str, Any], timeout: float) -> tuple[int, str]:
         """POST JSON; (status, body), never raising: for callers that judge every answer themselves."""
         return self._exchange("POST", route, json.dumps(payload), timeout)
+
+    def redact(self, text: str) -> str:
+        """`text` without the API key: a hostile or misconfigured server may echo the request's headers."""
+        return text.replace(self.api_key, "****") if self.api_key else text
 
     def get_json(self, route: str, timeout: float = 10.0, schema: Any = ANY) -> Any | None:
         return self.get_json_answer(route, timeout, schema)[0]
@@ -355,6 +363,8 @@ class Client:
             deadline.cancel()
             result.end = time.perf_counter()
             conn.close()
+            if result.error:
+                result.error = self.redact(result.error)
         return result
 
     def complete(self, req: GenerationRequest) -> dict[str, Any]:
