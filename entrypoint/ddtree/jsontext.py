@@ -27,16 +27,20 @@ class JsonProblem(ValueError):
 
 
 def depth(value: Any) -> int:
-    """Nesting depth of a parsed value (a scalar is 0), walked without recursion."""
+    """Nesting depth of a parsed value (a scalar is 0), walked without recursion. Each container is walked
+    once: YAML aliases share one object between many places (an alias bomb would otherwise be walked
+    exponentially often)."""
     deepest = 0
+    seen: set[int] = set()
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, level = stack.pop()
-        if isinstance(item, dict):
-            item = list(item.values())
-        if isinstance(item, list):
-            deepest = max(deepest, level + 1)
-            stack.extend((child, level + 1) for child in item)
+        if not isinstance(item, (dict, list)) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        deepest = max(deepest, level + 1)
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, level + 1) for child in children)
     return deepest
 
 

@@ -258,22 +258,26 @@ def _cross_checks(source: Path | str, target: Target) -> None:
             )
 
 
-def _refuse_control_characters(source: Path | str, data: Any, key: str = "") -> None:
+def _refuse_control_characters(source: Path | str, data: Any) -> None:
     """No profile value holds a newline or another control character: values become Dockerfile ENV and
     EXPOSE lines, shell-quoted commands and argv tokens, where a newline starts a new instruction. `origin`
-    (free provenance notes, rendered nowhere) may."""
-    if isinstance(data, dict):
-        for name, value in data.items():
-            path = f"{key}.{name}" if key else str(name)
-            _refuse_control_characters(source, name, path)
-            _refuse_control_characters(source, value, path)
-    elif isinstance(data, list):
-        for index, value in enumerate(data):
-            _refuse_control_characters(source, value, f"{key}[{index}]")
-    elif isinstance(data, str) and any(ord(c) < 32 or ord(c) == 127 for c in data):
-        raise _fail(
-            source, key, f"holds a control character (a newline, a tab...): {data!r}; keep it on one line"
-        )
+    (free provenance notes, rendered nowhere) may. Walked once per container (YAML aliases share them)."""
+    seen: set[int] = set()
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        key, item = stack.pop()
+        if isinstance(item, (dict, list)):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            for name, value in pairs:
+                path = f"{key}[{name}]" if isinstance(item, list) else (f"{key}.{name}" if key else str(name))
+                stack += [(path, name), (path, value)]
+        elif isinstance(item, str) and any(ord(c) < 32 or ord(c) == 127 for c in item):
+            raise _fail(
+                source, key, f"holds a control character (a newline, a tab...): {item!r}; keep it on one line"
+            )
 
 
 def validate_target(data: Any, source: Path | str) -> Target:

@@ -180,3 +180,27 @@ def test_files_that_are_not_utf8_are_one_line(tmp_path: Path, capsys) -> None:
     labels.write_bytes(json.dumps({"a": "b"}).encode() + b"\xfe")
     code, _, err = run_cli(cli.main, capsys, ["receipt", "verify", str(bad), "--labels", str(labels)])
     assert_clean_outcome(code, err)
+
+
+ALIAS_BOMB = "a: &a [1, 2]\n" + "".join(
+    f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("schema: " + "[" * 100_000 + "]" * 100_000, "YAML nested deeper than 64 levels"),
+        (ALIAS_BOMB.replace("i: &i", "description: &i"), "unknown key"),
+        ("schema: 1\nname: pro6000\ndescription: &x [" + "*x, " * 3 + "]", "interconnect: must be one of"),
+    ],
+)
+def test_hostile_yaml_profiles_are_one_line_and_fast(
+    tmp_path: Path, capsys, text: str, expected: str
+) -> None:
+    (tmp_path / "targets").mkdir()
+    (tmp_path / "targets" / "pro6000.yaml").write_text(text)
+    code, _, err = run_cli(cli.main, capsys, ["serve", "--env-dir", str(tmp_path), "--target", "pro6000",
+                                              "--dry-run"])  # fmt: skip
+    assert_clean_outcome(code, err)
+    assert code == 2 and expected in err[0], err
