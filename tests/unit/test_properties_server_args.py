@@ -144,3 +144,36 @@ def test_out_of_range_in_any_spelling_is_refused(driver: Driver, extra: list[str
 def test_the_fallback_refuses_abbreviations_it_cannot_resolve(driver: Driver) -> None:
     result = driver.ask(["--po", "0"])["tokens"]
     assert result["code"] == 2 and "--po abbreviates --port" in result["error"], result
+
+
+ENV_NAMES = ["DDTREE_PORT", "DDTREE_TP", "DDTREE_HOST", "DDTREE_MODEL_DIR", "DDTREE_DRAFTER_DIR",
+             "DDTREE_EXTRA_ARGS", "DDTREE_SKIP_CHECKS", "DDTREE_MIN_SHM_GIB", "DDTREE_API_KEY"]  # fmt: skip
+ENV_VALUES = st.one_of(
+    st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=16),
+    st.sampled_from(["8", "0", "-1", "65536", "1e400", "nan", "'unclosed", "--tp 3", "--po 0", "--tp=x"]),
+)
+
+
+@given(env=st.dictionaries(st.sampled_from(ENV_NAMES), ENV_VALUES, max_size=4), dry=st.booleans())
+def test_generated_environments_end_in_one_line(env: dict[str, str], dry: bool, capsys, monkeypatch) -> None:
+    """`ddtree serve` (no SGLang in this process: the token fallback) with generated DDTREE_* values:
+    accepted or one line with exit 1/2, and the API key never shown. No exec: execvp is replaced."""
+    from ddtree import cli, server_flags
+
+    from tests.bad_input import assert_clean_outcome, run_cli
+
+    monkeypatch.setattr(server_flags, "sglang_parser", lambda: None)
+    monkeypatch.setattr(os, "execvp", lambda *a: (_ for _ in ()).throw(AssertionError("exec")))
+    for name in [n for n in os.environ if n.startswith("DDTREE_")]:
+        monkeypatch.delenv(name)
+    key = "s3cr3t-api-key-0123"
+    if "DDTREE_API_KEY" in env:  # a recognisable key: its value is not what is generated here
+        env["DDTREE_API_KEY"] = key
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    argv = ["serve", "--env-dir", str(REPO / "env"), "--target", "pro6000"] + (["--dry-run"] if dry else [])
+    code, out, err = run_cli(cli.main, capsys, argv)
+    assert_clean_outcome(code, err, secrets=[key])
+    assert key not in "\n".join(out)
+    if code == 0:
+        assert dry, out
