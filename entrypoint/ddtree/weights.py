@@ -223,6 +223,7 @@ def shard_paths(folder: Path) -> list[Path]:
             dangling = dangling_link_error(path, "shard")
             if dangling is not None:
                 raise dangling
+            require_regular_file(path, "shard")  # there, but a FIFO, a device or a folder
         if missing:
             raise UserError(
                 f"shard {missing[0]} is missing ({len(missing)} of {len(paths)} shards listed in "
@@ -230,7 +231,8 @@ def shard_paths(folder: Path) -> list[Path]:
             )
         return paths
     single = folder / SINGLE_NAME
-    if single.is_file():
+    if single.exists():
+        require_regular_file(single, "shard")
         return [single]
     loose = sorted(folder.glob("*.safetensors"))
     if loose:

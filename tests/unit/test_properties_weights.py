@@ -325,3 +325,23 @@ def test_a_folder_without_the_execute_bit(pair, capsys) -> None:
     finally:
         drafter.chmod(0o755)
     assert code == 1 and "cannot be entered" in err
+
+
+@pytest.mark.parametrize("where", ["single", "indexed"])
+def test_a_shard_that_is_a_fifo_is_named(tmp_path: Path, capsys, where: str) -> None:
+    """Before issue 30 a FIFO shard was "missing" (indexed) or "shards without an index" (single)."""
+    folder = tmp_path / "target"
+    paths = write_target(folder, shards=2)
+    if where == "single":
+        (folder / "model.safetensors.index.json").unlink()
+        for path in paths:
+            path.unlink()
+        os.mkfifo(folder / "model.safetensors")
+        fifo = folder / "model.safetensors"
+    else:
+        paths[0].unlink()
+        os.mkfifo(paths[0])
+        fifo = paths[0]
+    code, _, err = run_cli(cli.main, capsys, ["weights", "check", str(folder)])
+    assert_clean_outcome(code, err)
+    assert code == 1 and f"shard {fifo}: is a FIFO, not a regular file" in err[0], err
