@@ -118,3 +118,25 @@ def test_a_deeply_nested_receipt_and_a_non_utf8_labels_file(capsys, tmp_path: Pa
     labels.write_bytes(b'{"io.ddtree.target": "\xff"}')
     code, _, err = run_cli(main, capsys, ["receipt", "verify", str(path), "--labels", str(labels)])
     assert code == 1 and err == [f"ddtree: error: {labels}: not UTF-8 text (byte 22); give the text file"]
+
+
+@given(
+    content=st.one_of(
+        st.binary(max_size=30).map(lambda b: b + b"\xff"),
+        json_values.map(lambda v: json.dumps(v).encode()),
+        st.just(b'{"schema": "ddtree-bench/1", "cells": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+    ),
+    which=st.sampled_from(["compare", "problems"]),
+)
+def test_generated_bench_inputs_end_in_one_line(content: bytes, which: str, capsys) -> None:
+    """`bench compare` results files and `bench humaneval --problems` files of any content."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / ("results.json" if which == "compare" else "problems.jsonl")
+        path.write_bytes(content)
+        if which == "compare":
+            argv = ["bench", "compare", str(path), str(path), "--no-reference"]
+        else:
+            argv = ["bench", "humaneval", "--url", "http://127.0.0.1:9", "--problems", str(path), "--quiet",
+                    "--out", str(Path(folder) / "he")]  # fmt: skip
+        code, _, err = run_cli(main, capsys, argv)
+    assert_clean_outcome(code, err)
