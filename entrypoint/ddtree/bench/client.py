@@ -441,7 +441,10 @@ def iter_sse(resp: http.client.HTTPResponse, expired: Callable[[], bool] = lambd
 def _lines(resp: http.client.HTTPResponse, expired: Callable[[], bool]) -> Iterator[bytes]:
     pending = b""
     while not expired():
-        chunk = resp.read1(1 << 16)
+        try:
+            chunk = resp.read1(1 << 16)
+        except http.client.IncompleteRead:  # the stream was cut: judged by what came (no [DONE])
+            break
         if not chunk:
             break
         pending += chunk
