@@ -31,7 +31,9 @@ from tests.unit.test_live import GOOD_INFO
 TIMEOUT_S = 1.0
 SECRET = "sk-hostile-test-key-0123456789"
 # bench sends a probe, a warm-up, the measured rounds and two greedy runs: each may take the whole timeout
-BOUND_S = 40.0
+BOUND_S = 30.0
+# a hostile stream goes on longer than that: a request that outlives its timeout fails the bound
+ENDLESS_S = 2 * BOUND_S
 ROUTES = (
     "GET /health", "GET /server_info", "GET /get_server_info", "GET /workers", "GET /model_info",
     "GET /v1/models", "GET /metrics", "POST /generate", "POST /v1/tokenize", "POST /v1/detokenize",
@@ -134,7 +136,7 @@ def _handler(answers: dict[str, tuple]) -> type[BaseHTTPRequestHandler]:
                     if answer[2]:
                         self.wfile.write(b"data: [DONE]\n\n")
                     return
-                end = time.monotonic() + BOUND_S
+                end = time.monotonic() + ENDLESS_S
                 while time.monotonic() < end:  # keep-alives (or one byte) until the client hangs up
                     self.wfile.write(b": keep-alive\n\n" if kind == "keepalive" else b"d")
                     self.wfile.flush()
@@ -215,6 +217,20 @@ def test_keep_alives_do_not_outlast_the_timeout(capsys) -> None:
         elapsed = time.monotonic() - start
     assert code == 1 and elapsed < 10, elapsed
     assert any("no complete answer within the timeout of 1 s" in line for line in out), out
+
+
+def test_every_request_is_bounded_by_the_timeout(capsys) -> None:
+    """Found by the release run: the server tokenizer's requests took 120 s whatever --timeout said."""
+    answers = {"POST /v1/tokenize": ("keepalive",), "GET /model_info": ("drip",), "GET /v1/models": ("drip",)}
+    with tempfile.TemporaryDirectory() as folder, serve_handler(_handler(answers)) as url:
+        argv = ["bench", "--url", url, "--timeout", "1", "--contexts", "60", "--concurrency", "1",
+                "--repeats", "1", "--warmup", "0", "--max-tokens", "4", "--tokenizer", "server", "--quiet",
+                "--no-plots", "--out", str(Path(folder) / "bench")]  # fmt: skip
+        start = time.monotonic()
+        code, _, err = run_cli(cli.main, capsys, argv)
+        elapsed = time.monotonic() - start
+    assert code == 1 and "/v1/tokenize does not work" in err[0], err
+    assert elapsed < 10, elapsed
 
 
 def test_deeply_nested_server_info_is_named(capsys) -> None:

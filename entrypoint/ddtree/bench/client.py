@@ -195,8 +195,9 @@ class Client:
 
     def _exchange(self, method: str, route: str, body: str | None, timeout: float) -> tuple[int, str]:
         """(status, body) of one request, all of it within `timeout`. Connection problems, a timeout and
-        a body over MAX_BODY_BYTES give status 0 and the error text. The body never holds the API key."""
-        status, body = self._exchange_raw(method, route, body, timeout)
+        a body over MAX_BODY_BYTES give status 0 and the error text. The body never holds the API key.
+        No request outlasts the client's timeout (--timeout), whatever `timeout` its caller asks for."""
+        status, body = self._exchange_raw(method, route, body, min(timeout, self.timeout))
         return status, self.redact(body)
 
     def _exchange_raw(self, method: str, route: str, body: str | None, timeout: float) -> tuple[int, str]:

@@ -120,10 +120,10 @@ class ServerTokenizer:
         *others, last = [self.client, *self.fallbacks]
         for client in others:
             try:
-                return client.post_json(route, payload, 120, schema)
+                return client.post_json(route, payload, min(120.0, client.timeout), schema)
             except (OSError, RuntimeError, http.client.HTTPException):
                 continue
-        return last.post_json(route, payload, 120, schema)
+        return last.post_json(route, payload, min(120.0, last.timeout), schema)
 
     def encode(self, text: str) -> list[int]:
         answer = self._post(
