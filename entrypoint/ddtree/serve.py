@@ -354,8 +354,9 @@ def _without_config(argv: Sequence[str]) -> list[str]:
 
 
 def validate_values(argv: Sequence[str]) -> None:
-    """Every checked number in range and every checked flag with a value, each occurrence and each
-    spelling SGLang declares for it (server_flags.ALIASES), one line."""
+    """Every checked flag with a value and, where SGLang's parser is not here to convert them (see
+    read_server_flags), every checked number in range: each occurrence and each spelling SGLang declares
+    for it (server_flags.ALIASES), one line."""
     for i, arg in enumerate(argv):
         given, eq, inline = arg.partition("=")
         flag = given if given in CHECKED_NUMBERS else server_flags.canonical(given)
@@ -364,7 +365,7 @@ def validate_values(argv: Sequence[str]) -> None:
         value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else None)
         if value is None or (not eq and value.startswith("--")) or (flag in VALUE_FLAGS and not value):
             raise UserError(f"{given} needs a value: give it with {WHERE_SET}", exit_code=EXIT_CANNOT_RUN)
-        if flag in CHECKED_NUMBERS:
+        if flag in CHECKED_NUMBERS and not server_flags.available():  # else: SGLang's `32k` is 32768
             bounds, fix = CHECKED_NUMBERS[flag]
             numbers.parse(value, given, bounds, fix)
 
