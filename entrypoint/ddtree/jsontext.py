@@ -45,8 +45,12 @@ def depth(value: Any) -> int:
 
 
 def parse(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
-    """The parsed value; JsonProblem when it is not JSON, not UTF-8, or nested deeper than `max_depth`."""
+    """The parsed value; JsonProblem when it is not JSON, not UTF-8, or nested deeper than `max_depth`.
+    Bytes are UTF-8 strictly, as Hugging Face and SGLang open their files: a BOM or UTF-16 is refused
+    (`json.loads` on bytes would guess the encoding and accept what they refuse)."""
     try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
         value = json.loads(text)
     except RecursionError as exc:
         raise JsonProblem(f"JSON nested deeper than {max_depth} levels") from exc

@@ -109,9 +109,7 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
             f"{what} {path}{link_note(path)} cannot be read ({exc.strerror}): fix its permissions"
         ) from exc
     except JsonProblem as exc:
-        raise UserError(
-            f"{what} {path}{link_note(path)} is not valid JSON ({exc}): download it again"
-        ) from exc
+        raise UserError(f"{what} {path}{link_note(path)}: {exc}; download it again") from exc
     if not isinstance(data, dict):
         raise UserError(f"{what} {path} is not a JSON object: download it again")
     return data
@@ -281,6 +279,11 @@ def read_target_config(
             f"target config {folder / 'config.json'} has model_type {model_type!r}, the target expects "
             f"{expected_model_type!r}: mount the right model (Kimi K2.6 is kimi_k25)"
         )
+    if config.get("text_config") is not None and not isinstance(config["text_config"], dict):
+        raise UserError(
+            f"target config {folder / 'config.json'} has text_config {config['text_config']!r}: expected an "
+            "object; download the config again"
+        )
     facts = {key: shape_fact(config, key, folder / "config.json") for key in SHAPE_FACTS}
     return ModelSummary(path=folder, model_type=str(model_type), **facts)
 
@@ -363,6 +366,11 @@ def check_drafter(
     config_path = folder / "config.json"
     config = read_json(config_path, "drafter config")
     recognise_dflash(config, config_path)
+    if config.get("dflash_config") is not None and not isinstance(config["dflash_config"], dict):
+        raise UserError(
+            f"drafter config {config_path} has dflash_config {config['dflash_config']!r}: expected an object "
+            "(block_size, target_layer_ids, mask_token_id); download the config again"
+        )
     raw_block = _dflash_field(config, "block_size")
     model_block: int | None = None
     if raw_block is not None:

@@ -270,6 +270,7 @@ def test_drafter_weights_are_always_read(pair, capsys, change: str, expected: st
         ({"dflash_config": {"target_layer_ids": [-1, 3]}}, "has target_layer_ids [-1, 3]"),
         ({"architectures": ["LlamaForCausalLMEagle3"]}, "an EAGLE drafter, not a DFlash drafter"),
         ({"architectures": None}, "not a DFlash drafter"),
+        ({"dflash_config": "x"}, "has dflash_config 'x': expected an object"),
     ],
 )
 def test_drafter_facts_of_the_wrong_type_or_model(pair, capsys, fields: dict, expected: str) -> None:
@@ -345,3 +346,18 @@ def test_a_shard_that_is_a_fifo_is_named(tmp_path: Path, capsys, where: str) -> 
     code, _, err = run_cli(cli.main, capsys, ["weights", "check", str(folder)])
     assert_clean_outcome(code, err)
     assert code == 1 and f"shard {fifo}: is a FIFO, not a regular file" in err[0], err
+
+
+def test_a_config_with_a_bom_or_a_list_text_config(pair, capsys) -> None:
+    """Hugging Face opens config.json as strict UTF-8: a BOM fails there, so it fails here (json.loads on
+    bytes used to accept it); a text_config that is not an object is named."""
+    target, drafter = pair
+    (drafter / "config.json").write_bytes(b"\xef\xbb\xbf" + (drafter / "config.json").read_bytes())
+    code, err = _check(capsys, target, drafter)
+    assert code == 1 and "config.json: not JSON (Unexpected UTF-8 BOM" in err, err
+    write_drafter(drafter, target_layer_ids=[1, 30])
+    config = json.loads((target / "config.json").read_text())
+    config["text_config"] = [1]
+    (target / "config.json").write_text(json.dumps(config))
+    code, err = _check(capsys, target, drafter)
+    assert code == 1 and "has text_config [1]: expected an object" in err, err
