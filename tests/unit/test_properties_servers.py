@@ -254,3 +254,9 @@ def test_a_url_with_a_bad_port_is_one_line(capsys) -> None:
     for url in ("http://127.0.0.1:99999", "http://127.0.0.1:port", "http://[::1"):
         code, _, err = run_cli(cli.main, capsys, ["bench", "--url", url, "--quiet"])
         assert code == 1 and len(err) == 1 and "is not a valid URL" in err[0], err
+
+
+def test_a_url_with_a_password_is_refused_without_showing_it(capsys) -> None:
+    code, _, err = run_cli(cli.main, capsys, ["bench", "--url", "http://me:pa55word@127.0.0.1:9", "--quiet"])
+    assert code == 1 and len(err) == 1 and "--url http://****@127.0.0.1:9 holds a user name" in err[0], err
+    assert "pa55word" not in err[0]

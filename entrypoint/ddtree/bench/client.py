@@ -150,6 +150,12 @@ class Endpoint:
             port = parsed.port  # raises on a port that is not a number in 0..65535
         except ValueError as exc:
             raise UserError(f"--url {url!r} is not a valid URL ({exc}); {hint}") from exc
+        if parsed.username is not None or parsed.password is not None:
+            shown = parsed._replace(netloc=f"****@{parsed.netloc.rpartition('@')[2]}").geturl()
+            raise UserError(
+                f"--url {shown} holds a user name or password, which this client never sends (and would "
+                "print): give the server's API key with DDTREE_API_KEY or --api-key instead"
+            )
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise UserError(f"--url {url!r} is not an http(s) URL; {hint}")
         if port == 0:
