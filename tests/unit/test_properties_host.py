@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from ddtree import cli, targets, weights_fetch
 from ddtree.errors import UserError
 from ddtree_build import render, smi_capture
 from ddtree_build.import_package import GPU_TARGETS
-from hypothesis import given
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from tests.bad_input import assert_clean_outcome, run_cli
@@ -204,3 +205,45 @@ def test_hostile_yaml_profiles_are_one_line_and_fast(
                                               "--dry-run"])  # fmt: skip
     assert_clean_outcome(code, err)
     assert code == 2 and expected in err[0], err
+
+
+# ---------------------------------------------------------------- generated packages
+
+PACKAGE_FILES = ["env/pip-freeze.txt", "env/nvidia-smi.txt", "env/os-release.txt", "env/cuda.txt",
+                 "drafter/config.json", "bench/results/ddtree_sweep.json",
+                 "services/sglang-ddtree.service"]  # fmt: skip
+PACKAGE_CONTENT = st.one_of(
+    st.binary(max_size=40),
+    st.text(max_size=60).map(str.encode),
+    st.sampled_from(
+        [b"[" * 50_000 + b"]" * 50_000, b'{"runs": [1, "a", {"output_tokens_per_s": "x"}]}', b"{}"]
+    ),
+)
+
+
+@settings(max_examples=max(5, settings.default.max_examples // 4))
+@given(changes=st.dictionaries(st.sampled_from(PACKAGE_FILES), PACKAGE_CONTENT, min_size=1, max_size=2))
+def test_generated_packages_import_or_fail_in_one_line(
+    repro_package: Path,  # noqa: F811
+    changes: dict[str, bytes],
+    capsys,
+) -> None:
+    """The fixture package with files replaced by generated content (manifest rewritten, so the content is
+    what is judged): `ddtree-build import` ends in exit 0 or one line, and a failed import writes nothing."""
+    from ddtree_build.cli import main as build_main
+    from ddtree_build.package_manifest import write_manifest
+
+    with tempfile.TemporaryDirectory() as folder:
+        package = Path(shutil.copytree(repro_package, Path(folder) / "pkg"))
+        for rel, content in changes.items():
+            if (package / rel).exists():
+                (package / rel).write_bytes(content)
+        write_manifest(package)
+        out = Path(folder) / "out"
+        code, _, err = run_cli(build_main, capsys, ["import", str(package), "--out", str(out)])
+        event(f"exit {code}")
+        assert_clean_outcome(code, err)
+        if code:
+            assert not out.exists(), sorted(out.rglob("*"))
+        else:
+            assert (out / "env" / "freeze.txt").is_file()
