@@ -97,9 +97,10 @@ def check_shapes(
             f"has {kv_heads} KV heads, which neither divide nor are divided by TP {tp}: SGLang's DFlash "
             "attention asserts on it",
         )
-    if hidden is None or not layer_ids:
+    width = hidden if hidden is not None else target_hidden  # the drafter's width is the target's
+    if width is None or not layer_ids:
         return
-    want = [hidden, len(layer_ids) * hidden]
+    want = [width, len(layer_ids) * width]
     for held in shapes:
         shape = held.get("fc.weight")
         if shape is not None and shape != want:

@@ -361,3 +361,15 @@ def test_a_config_with_a_bom_or_a_list_text_config(pair, capsys) -> None:
     (target / "config.json").write_text(json.dumps(config))
     code, err = _check(capsys, target, drafter)
     assert code == 1 and "has text_config [1]: expected an object" in err, err
+
+
+def test_fc_is_checked_against_the_target_when_the_drafter_omits_hidden_size(pair, capsys) -> None:
+    target, drafter = pair
+    config = json.loads((target / "config.json").read_text())
+    config["text_config"].update(hidden_size=64, vocab_size=1000)
+    (target / "config.json").write_text(json.dumps(config))
+    from tests.unit.test_weights_bad_input import _write_raw_shard
+
+    _write_raw_shard(drafter / "model.safetensors", {"fc.weight": ("BF16", [64, 192])})
+    code, err = _check(capsys, target, drafter)
+    assert code == 1 and "fc.weight must be [64, 128], but the drafter's weights hold [64, 192]" in err, err
