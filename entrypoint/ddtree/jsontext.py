@@ -44,14 +44,14 @@ def depth(value: Any) -> int:
     return deepest
 
 
-def parse(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
+def parse(text: str | bytes, max_depth: int = MAX_DEPTH, object_pairs_hook: Any = None) -> Any:
     """The parsed value; JsonProblem when it is not JSON, not UTF-8, or nested deeper than `max_depth`.
     Bytes are UTF-8 strictly, as Hugging Face and SGLang open their files: a BOM or UTF-16 is refused
     (`json.loads` on bytes would guess the encoding and accept what they refuse)."""
     try:
         if isinstance(text, bytes):
             text = text.decode("utf-8")
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=object_pairs_hook)
     except RecursionError as exc:
         raise JsonProblem(f"JSON nested deeper than {max_depth} levels") from exc
     except UnicodeDecodeError as exc:

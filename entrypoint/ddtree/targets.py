@@ -285,7 +285,6 @@ def validate_target(data: Any, source: Path | str) -> Target:
     if not isinstance(data, dict):
         raise UserError(f"{source}: expected a mapping at the top level")
     _check_keys(source, data, _TOP_KEYS, "")
-    _refuse_control_characters(source, {k: v for k, v in data.items() if k != "origin"})
     if data.get("schema") != SCHEMA_VERSION:
         raise _fail(source, "schema", f"must be {SCHEMA_VERSION}, got {data.get('schema')!r}")
     name = _str(source, data, "name")
@@ -296,6 +295,7 @@ def validate_target(data: Any, source: Path | str) -> Target:
         raise _fail(
             source, "interconnect", f"must be one of {', '.join(INTERCONNECTS)}, got {interconnect!r}"
         )
+    _refuse_control_characters(source, {k: v for k, v in data.items() if k != "origin"})
     target = Target(
         name=name,
         path=Path(source),
