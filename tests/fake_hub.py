@@ -6,7 +6,8 @@ Hub does for LFS files) and Content-Length; `Range: bytes=N-` gets 206 (resumed 
 repository without `Authorization: Bearer TOKEN` gets 401 with X-Error-Code: GatedRepo, an unknown file
 404 with EntryNotFound. Knobs for the tests: `corrupt` (path -> bytes served instead), `cut_once`
 (path -> bytes: the first GET of that path sends that many bytes of the body, then drops the
-connection). Every request is recorded.
+connection), `redirect_to` (a base URL: file requests answer 302 to the same path there, with the
+X-Linked-Size/X-Linked-Etag headers, as the Hub sends LFS files to its CDN). Every request is recorded.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class FakeHub:
     repos: dict[str, FakeRepo]
     corrupt: dict[str, bytes] = field(default_factory=dict)
     cut_once: dict[str, int] = field(default_factory=dict)  # path -> bytes sent before the drop
+    redirect_to: str = ""  # another server's base URL (a CDN on another host): file requests go there
     requests: list[tuple[str, str, str | None, str | None]] = field(default_factory=list)
     server: ThreadingHTTPServer | None = None
 
@@ -87,6 +89,15 @@ class FakeHub:
                     return self._error(404, "EntryNotFound", "Entry not found")
                 data = files[filename]
                 etag = hashlib.sha256(data).hexdigest()
+                if hub.redirect_to:
+                    self.send_response(302)
+                    self.send_header("Location", f"{hub.redirect_to}/{path}")
+                    self.send_header("X-Repo-Commit", commit)
+                    self.send_header("X-Linked-Etag", f'"{etag}"')
+                    self.send_header("X-Linked-Size", str(len(hub.corrupt.get(filename, data))))
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 served = hub.corrupt.get(filename, data)
                 start = 0
                 ranged = self.headers.get("Range")

@@ -16,7 +16,10 @@ the first decode or verify forward (the prefill is left out) and splits the wind
   - DDTree's own kernels (ddtree_kernels.py's Triton kernels, by name) and every other kernel launched
     outside those spans (sampling, KV bookkeeping, the drafter's KV append, copies);
   - idle GPU: the window minus the union of all kernel intervals (host work, syncs, scheduling).
-Figures are per decode step (the window over the number of target forwards). The trace format is the
+Figures are per decode step (the window over the number of target forwards). Beside them, from the same server
+without the profiler: the step time (a full request minus a one-token request, over its verify passes), the
+decode tok/s of one request, and the aggregate tok/s of 32 requests at once (`MODE@upstream` serves with
+SGLANG_DFLASH_FAST_STEP=0, so old and new steps sit side by side in one table). The trace format is the
 Chrome trace torch.profiler writes; nothing here needs SGLang, so it is unit-tested on a synthetic trace.
 """
 
@@ -28,16 +31,29 @@ import gzip
 import itertools
 import json
 import re
+import statistics
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from ddtree.fsutil import atomic_write
 
 DDTREE_KERNEL = re.compile(
     r"_tile_topk|_merge_topk|_score_kernel|_rank_kernel|_tree_rows|_verify_greedy|filter_rows|verify_sampling"
     r"|_sample|_walk|_bonus"
 )
 STEP_SPAN = re.compile(r"^step\[(?P<mode>[A-Z_]+) bs=(?P<bs>\d+)")
+# Rows measured on the same server without the profiler (unprofiled_step_ms), after the profiled split.
+UNPROFILED_ROWS = (
+    ("unprofiled_step_ms", "step without profiler (ms)"),
+    ("tokens_per_step", "tokens per step"),
+    ("unprofiled_tok_s", "decode tok/s without profiler"),
+    ("aggregate_tok_s_c32", "aggregate tok/s, 32 at once"),
+)
+CONCURRENT = 32  # requests sent at once for the aggregate figure (the bench's concurrency 32 cell)
+GRAPH_BS = ("1", "2", "4", "8", "16", "32")
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
 
@@ -125,6 +141,9 @@ def table(results: list[dict[str, Any]]) -> str:
         cells = [str(r["per_step_us"].get(name, "-")) for r in results]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines.append("| steps profiled | " + " | ".join(str(r["steps"]) for r in results) + " |")
+    for key, name in UNPROFILED_ROWS:
+        if any(key in r for r in results):
+            lines.append(f"| {name} | " + " | ".join(str(r.get(key, "-")) for r in results) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -150,6 +169,53 @@ def prompt_of(prompts: list[list[int]], length: int) -> list[int]:
     return ids  # no prompts at all
 
 
+def unprofiled_step_ms(client, prompt: list[int], params: dict, rounds: int = 3) -> dict[str, Any]:
+    """The step time without the profiler, from the same server: (full request - one-token request) over
+    the full request's decode steps (verify passes; tokens - 1 without speculation), median of `rounds`."""
+
+    def timed(max_new_tokens: int) -> tuple[float, dict]:
+        start = time.perf_counter()
+        answer = client.post_json(
+            "/generate",
+            {"input_ids": prompt, "sampling_params": {**params, "max_new_tokens": max_new_tokens}},
+        )
+        return time.perf_counter() - start, answer.get("meta_info", {})
+
+    steps_ms, tokens_per_s, accept = [], [], []
+    for _ in range(rounds):
+        first, _ = timed(1)
+        full, meta = timed(int(params["max_new_tokens"]))
+        tokens = int(meta.get("completion_tokens") or params["max_new_tokens"])
+        steps = int(meta.get("spec_verify_ct") or 0) or max(1, tokens - 1)
+        steps_ms.append(1000.0 * (full - first) / steps)
+        tokens_per_s.append((tokens - 1) / max(1e-9, full - first))
+        accept.append(tokens / steps)
+    return {
+        "unprofiled_step_ms": round(statistics.median(steps_ms), 3),
+        "unprofiled_tok_s": round(statistics.median(tokens_per_s), 1),
+        "tokens_per_step": round(statistics.median(accept), 3),
+    }
+
+
+def concurrent_tok_s(client, prompts: list[list[int]], params: dict) -> dict[str, Any]:
+    """Aggregate output tok/s of len(prompts) requests sent at once (the bench's concurrency cell, one round,
+    prefill included), and the first request's greedy output (to compare modes token for token)."""
+    with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
+        start = time.perf_counter()
+        answers = list(
+            pool.map(
+                lambda ids: client.post_json("/generate", {"input_ids": ids, "sampling_params": params}),
+                prompts,
+            )
+        )
+        elapsed = time.perf_counter() - start
+    tokens = sum(int(a.get("meta_info", {}).get("completion_tokens") or 0) for a in answers)
+    return {
+        f"aggregate_tok_s_c{len(prompts)}": round(tokens / max(1e-9, elapsed), 1),
+        "greedy_output": list(answers[0].get("output_ids") or []),
+    }
+
+
 def profile_mode(
     mode: str, pair: Path, out: Path, steps: int, new_tokens: int, contexts: list[int]
 ) -> list[dict[str, Any]]:
@@ -159,15 +225,17 @@ def profile_mode(
 
     from benchmarks.pair import serve_bench
 
-    kind, settings = serve_bench.server_settings(mode)
-    # Only bs 1 is profiled: capture few graph sizes, so each server is ready sooner than serve_bench's.
+    kind, settings = serve_bench.server_settings(mode)  # MODE@upstream: SGLANG_DFLASH_FAST_STEP=0
+    # Only bs 1 is profiled (and CONCURRENT requests timed): few graph sizes, ready sooner than serve_bench's.
     settings = dataclasses.replace(
-        settings, extra_server_args=("--cuda-graph-bs", "1", "2", "4", "--mem-fraction-static", "0.3")
+        settings,
+        extra_server_args=("--cuda-graph-bs", *GRAPH_BS, "--mem-fraction-static", "0.3"),
     )
     folder = (out / mode).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     args = smoke_server.mode_args(kind, pair / "drafter", settings)
-    server = smoke_server.Server(pair / "target", args, folder / "server.log", settings)
+    with serve_bench.step_environment(mode):
+        server = smoke_server.Server(pair / "target", args, folder / "server.log", settings)
     prompts = json.loads((pair / "eval_prompts.json").read_text())["prompts"]
     params = {"max_new_tokens": new_tokens, "temperature": 0.0, "ignore_eos": True}
     results = []
@@ -178,19 +246,24 @@ def profile_mode(
             where.mkdir(exist_ok=True)
             prompt = prompt_of(prompts, context)
             server.client.post_json("/generate", {"input_ids": prompt, "sampling_params": params})  # warm-up
+            unprofiled = unprofiled_step_ms(server.client, prompt, params)
+            others = [prompt_of(prompts[i:] + prompts[:i], context) for i in range(CONCURRENT)]
+            unprofiled |= concurrent_tok_s(server.client, others, params)
             body = {"output_dir": str(where), "num_steps": steps, "activities": ["CPU", "GPU"],
                     "with_stack": False, "record_shapes": False}  # fmt: skip
-            server.client.post_json("/start_profile", body)
+            # SGLang answers /start_profile with plain text, not JSON.
+            status, answer = server.client.post_text("/start_profile", body, 120.0)
+            if status != 200:
+                raise RuntimeError(f"POST /start_profile -> HTTP {status}: {answer[:300]}")
             server.client.post_json("/generate", {"input_ids": prompt, "sampling_params": params})
             _wait_for_trace(where, timeout_s=120.0)
             traces = sorted(where.glob("*.trace.json.gz"))
             label = f"{mode} ctx {context}"
             if traces:
-                results.append(analyze(load_trace(traces[-1]), label))
+                result = analyze(load_trace(traces[-1]), label)
             else:
-                results.append(
-                    {"mode": label, "steps": 0, "per_step_us": {}, "error": f"no trace in {where}"}
-                )
+                result = {"mode": label, "steps": 0, "per_step_us": {}, "error": f"no trace in {where}"}
+            results.append({**result, **unprofiled})
     finally:
         server.stop()
     return results
@@ -215,12 +288,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.pair is None or args.out is None:
             ap.error("--pair and --out are needed (or --analyze TRACE)")
         contexts = [int(c) for c in args.contexts.split(",")]
-        results = [
-            result
-            for m in args.modes.split(",")
-            for result in profile_mode(m, args.pair, args.out, args.steps, args.new_tokens, contexts)
-        ]
-        (args.out / "profile.json").write_text(json.dumps(results, indent=1) + "\n")
+        results = []
+        for mode in args.modes.split(","):
+            try:
+                results += profile_mode(mode, args.pair, args.out, args.steps, args.new_tokens, contexts)
+            except Exception as exc:  # one mode's failure is recorded; the next mode still runs
+                results.append(
+                    {"mode": mode, "steps": 0, "per_step_us": {}, "error": f"{type(exc).__name__}: {exc}"}
+                )
+            # after every mode: a sitting cut short keeps what it measured
+            atomic_write(args.out / "profile.json", json.dumps(results, indent=1) + "\n")
+            print(table(results), flush=True)
     print(table(results))
     return 0 if all(r["steps"] for r in results) else 1
 

@@ -19,10 +19,13 @@ OUT/summary.json + summary.md. A mode that would start after --deadline seconds 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -31,6 +34,9 @@ from ddtree.fsutil import atomic_write
 from ddtree.smoke_models import SmokeSettings
 
 MODES = ("none", "dflash", "ddtree-8", "ddtree-16", "ddtree-32")
+# A mode name ending in this (e.g. dflash@upstream) serves with SGLANG_DFLASH_FAST_STEP=0.
+UPSTREAM_SUFFIX = "@upstream"
+FAST_STEP_ENV = "SGLANG_DFLASH_FAST_STEP"
 BLOCK = 8  # served block size (the profile's --speculative-num-draft-tokens)
 TOPK = 4
 WINDOW = 2048
@@ -42,12 +48,28 @@ SERVER_ARGS = (
 )  # fmt: skip
 
 
+@contextlib.contextmanager
+def step_environment(mode: str) -> Iterator[None]:
+    """SGLANG_DFLASH_FAST_STEP for the server started inside: "0" for a MODE@upstream (patch 0008's host-light
+    step switched off, SGLang's own), "1" otherwise; so one sitting can run old and new side by side."""
+    saved = os.environ.get(FAST_STEP_ENV)
+    os.environ[FAST_STEP_ENV] = "0" if mode.endswith(UPSTREAM_SUFFIX) else "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(FAST_STEP_ENV)
+        else:
+            os.environ[FAST_STEP_ENV] = saved
+
+
 def say(msg: str) -> None:
     print(f"[serve {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def server_settings(mode: str) -> tuple[str, SmokeSettings]:
-    """(smoke mode name, settings) of one of MODES."""
+    """(smoke mode name, settings) of one of MODES (an UPSTREAM_SUFFIX changes the step, not the settings)."""
+    mode = mode.removesuffix(UPSTREAM_SUFFIX)
     budget = int(mode.split("-")[1]) if mode.startswith("ddtree-") else 8
     settings = SmokeSettings(
         block_size=BLOCK, budget=budget, topk=TOPK, window=WINDOW, launch_timeout_s=240.0,
@@ -96,9 +118,10 @@ def run_mode(mode: str, args: argparse.Namespace, prompts: list[list[int]], new_
     folder = args.out / mode
     folder.mkdir(parents=True, exist_ok=True)
     target, drafter = args.pair / "target", args.pair / "drafter"
-    server = smoke_server.Server(
-        target, smoke_server.mode_args(kind, drafter, settings), folder / "server.log", settings
-    )
+    with step_environment(mode):
+        server = smoke_server.Server(
+            target, smoke_server.mode_args(kind, drafter, settings), folder / "server.log", settings
+        )
     record: dict = {"mode": mode, "cmd": server.cmd[1:]}
     try:
         record["ready_s"] = round(server.wait_ready(), 1)

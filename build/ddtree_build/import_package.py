@@ -17,6 +17,10 @@ before that. Then, into a staging folder:
     bench/results/*.json      -> env/reference/imported-results.yaml (the reference schema)
     drafter/config.json, bench scripts, REPRODUCE.md -> env/imported/ (provenance)
 
+Secrets never reach env/ (it is baked into the image): the unit's secret variables and options are stripped
+from the profile (import_unit) and their values redacted (<redacted>) in every copied text, as are
+token-shaped strings (hf_..., sk-...); the notes name what was stripped.
+
 The output folder is given by the user (`--out DIR`, new or empty); the checkout's env/ and patches/ are
 written only with `--force` and no --out, so a test never overwrites the real ones.
 """
@@ -35,12 +39,13 @@ import yaml
 from ddtree.errors import UserError
 from ddtree.fsutil import atomic_write
 from ddtree.jsontext import JsonProblem, parse
+from ddtree.secret_rules import redact
 from ddtree.yamlfile import load_yaml
 
 from ddtree_build import paths
 from ddtree_build.import_facts import find_freeze, import_freeze, import_results, system_facts
 from ddtree_build.import_patches import DISTRIBUTION, import_patches
-from ddtree_build.import_unit import import_target
+from ddtree_build.import_unit import import_target, unit_secrets
 from ddtree_build.package_manifest import check_manifest, copy_listed
 
 GPU_TARGETS = (("RTX PRO 6000", "pro6000"), ("B300", "b300"))
@@ -117,6 +122,17 @@ def build_import(pkg: Path, staging: Path, target: str | None, targets_dir: Path
     else:
         report.notes.append(f"{pkg.name}/bench/results: no results; no reference written")
 
+    secret_values = [
+        value
+        for unit in units
+        for value in unit_secrets(unit.read_text(encoding="utf-8", errors="replace"), unit.name)[1]
+    ]
+
+    def copy_redacted(source: Path, dest: Path) -> None:
+        """A copy with the unit's secret values redacted (surrogateescape: any bytes round-trip)."""
+        text = source.read_bytes().decode("utf-8", "surrogateescape")
+        atomic_write(dest, redact(text, secret_values).encode("utf-8", "surrogateescape"), mode=0o644)
+
     for rel in (
         "REPRODUCE.md",
         "drafter/config.json",
@@ -125,12 +141,12 @@ def build_import(pkg: Path, staging: Path, target: str | None, targets_dir: Path
         "env/nvidia-smi.txt",
     ):
         if (pkg / rel).is_file():
-            atomic_write(env / "imported" / rel.removeprefix("env/"), (pkg / rel).read_bytes(), mode=0o644)
+            copy_redacted(pkg / rel, env / "imported" / rel.removeprefix("env/"))
     for script in sorted((pkg / "bench").glob("*")) if (pkg / "bench").is_dir() else []:
         if script.is_file():
-            atomic_write(env / "imported" / "bench" / script.name, script.read_bytes(), mode=0o644)
+            copy_redacted(script, env / "imported" / "bench" / script.name)
     for unit in units:
-        atomic_write(env / "imported" / "services" / unit.name, unit.read_bytes(), mode=0o644)
+        copy_redacted(unit, env / "imported" / "services" / unit.name)
     report.notes += _drafter_note(pkg)
     return report
 

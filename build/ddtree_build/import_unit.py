@@ -2,6 +2,9 @@
 
 ExecStart is split with shlex, known flags mapped to the target schema (host weight paths become the
 container's /models/... mounts), unknown flags kept verbatim (extra_args), Environment= merged.
+Secrets are stripped and named (a profile is baked into the image): Environment= variables whose names say
+they hold one (HF_TOKEN, SGLANG_API_KEY) and SGLang's secret options (--api-key, --admin-api-key,
+--ssl-keyfile-password, in any spelling argparse expands); see ddtree.secret_rules.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ddtree.errors import UserError
+from ddtree.secret_rules import is_secret_name, strip_secret_args
 from ddtree.targets import validate_target
 from ddtree.yamlfile import load_yaml
 
@@ -144,12 +148,24 @@ def map_exec_start(
     return launcher, args, extra, host_paths
 
 
+def unit_secrets(text: str, source: str) -> tuple[list[str], list[str]]:
+    """(where: `Environment NAME` / `--flag`, the secret values) of a unit, for stripping and redacting."""
+    argv, environment = read_unit(text, source)
+    where = [f"Environment {name}" for name in environment if is_secret_name(name)]
+    values = [value for name, value in environment.items() if is_secret_name(name)]
+    _, flags, flag_values = strip_secret_args(argv)
+    return where + flags, values + flag_values
+
+
 def import_target(
     unit_path: Path, base_target: Path, out_path: Path, pkg: Path
 ) -> tuple[dict[str, Any], list[str]]:
     """The target profile data for a unit, on top of a base profile; validated before it is returned."""
     rel = unit_path.relative_to(pkg).as_posix()
     argv, unit_env = read_unit(unit_path.read_text(encoding="utf-8"), rel)
+    argv, secret_flags, _ = strip_secret_args(argv)
+    secret_env = sorted(name for name in unit_env if is_secret_name(name))
+    unit_env = {name: value for name, value in unit_env.items() if name not in secret_env}
     launcher, args, extra, host_paths = map_exec_start(argv, rel)
     data = load_yaml(base_target)
     data["name"] = out_path.stem
@@ -167,4 +183,10 @@ def import_target(
     }
     validate_target(data, out_path)
     notes = [f"{rel}: kept verbatim (unknown to the profile schema): {' '.join(extra)}"] if extra else []
+    stripped = [f"Environment {name}" for name in secret_env] + list(dict.fromkeys(secret_flags))
+    if stripped:
+        notes.append(
+            f"{rel}: secrets stripped (a profile is baked into the image): {', '.join(stripped)}; give them "
+            "at run time (DDTREE_API_KEY_FILE, HF_TOKEN, or -- ARGS to ddtree serve)"
+        )
     return data, notes

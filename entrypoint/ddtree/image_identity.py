@@ -7,8 +7,15 @@ Both give the same labels for the same image, so both give the same key.
 
 The key is sha256 over the sorted `io.ddtree.*` labels plus the VCS revision: the target, SGLang, Python,
 CUDA, the freeze, the patch series and the whole-tree digest (io.ddtree.tree.sha256). Labels a base image
-brings along (an OCI label the build does not set) never enter it, so `docker inspect` and the baked file
-agree.
+brings along (an OCI label the build does not set) never enter it. Receipts use the key without the tree
+label (`with_tree=False`) and compare tree digests on their own: a plain `docker build` labels the image
+with TREE_SHA256's default "unknown" while the baked file holds the computed digest, and both must name
+the same image.
+
+The server's own identity (`served`): what the image it runs in baked (the labels file and the tree digest
+the build wrote, never $DDTREE_IMAGE_LABELS) plus the tree digest `ddtree serve` measured before exec
+(DDTREE_SERVED_TREE_SHA256). The patch `ddtree-served-identity` puts it in SGLang's /server_info as
+`ddtree_image`, so a receipt records the server that was measured, not the client's view.
 """
 
 from __future__ import annotations
@@ -94,9 +101,13 @@ def identity_labels(labels: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in sorted(labels.items()) if k.startswith(KEY_PREFIX) or k in KEY_EXTRA}
 
 
-def identity_key(labels: Mapping[str, str]) -> str | None:
+TREE_LABEL = "io.ddtree.tree.sha256"
+SERVED_TREE_ENV = "DDTREE_SERVED_TREE_SHA256"
+
+
+def identity_key(labels: Mapping[str, str], with_tree: bool = True) -> str | None:
     """sha256 hex over the identifying labels; None when there are none (not a ddtree image)."""
-    chosen = identity_labels(labels)
+    chosen = {k: v for k, v in identity_labels(labels).items() if with_tree or k != TREE_LABEL}
     if not chosen:
         return None
     return hashlib.sha256(json.dumps(chosen, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
@@ -113,13 +124,37 @@ def weights_lock(environ: Mapping[str, str] | None = None) -> dict[str, Any] | N
     return {"path": str(path), "identity": lock_identity(path)}
 
 
+def known_tree(labels: Mapping[str, str]) -> str | None:
+    """The tree digest a label set names; None when it is absent or the build's default "unknown"."""
+    value = labels.get(TREE_LABEL)
+    return value if value and value != "unknown" else None
+
+
+def served(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """The identity the server reports (see the module docstring); None outside a ddtree image."""
+    from ddtree import tree_identity
+
+    environ = os.environ if environ is None else environ
+    path = next((p for p in LABEL_FILES if p.is_file()), None)
+    if path is None:
+        return None
+    labels, _ = read_labels_file(path)
+    baked = tree_identity.read_identity(tree_identity.IDENTITY_FILE)
+    return {
+        "key": identity_key(labels, with_tree=False),
+        "labels": identity_labels(labels),
+        "tree_sha256": (baked or {}).get("digest") or known_tree(labels),
+        "tree_sha256_measured": environ.get(SERVED_TREE_ENV) or None,
+    }
+
+
 def describe(
     environ: Mapping[str, str] | None = None, labels_file: str | Path | None = None
 ) -> dict[str, Any]:
     """Everything a receipt records about the image: labels, key, config id, digests, the weights lock."""
     source, labels, image_id = local_labels(environ, labels_file)
     return {
-        "key": identity_key(labels),
+        "key": identity_key(labels, with_tree=False),
         "config_digest": image_id,
         "labels_source": str(source) if source else None,
         "labels": labels,

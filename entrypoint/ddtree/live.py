@@ -352,6 +352,10 @@ def check_replicas(replicas: list[LiveReport]) -> LiveCheck:
         return LiveCheck(
             "replicas", "fail", f"{len(bad)} of {len(replicas)} not serving DDTree: {shown}", verdicts
         )
+    images = {r.url: str((r.server.get("ddtree_image") or {}).get("key"))[:12] for r in replicas}
+    if len(set(images.values())) > 1:  # the receipt records one replica's identity: all must share it
+        mixed = ", ".join(f"{url} {key}" for url, key in images.items())
+        return LiveCheck("replicas", "fail", f"the replicas run different images: {mixed}", verdicts)
     if any(verdict == DEGRADED for verdict in verdicts.values()):
         return LiveCheck("replicas", "warn", f"{shown}: see each replica's rows", verdicts)
     return LiveCheck("replicas", "pass", f"{len(replicas)} replicas: {shown}", verdicts)

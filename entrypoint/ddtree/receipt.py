@@ -1,16 +1,22 @@
 """Receipts: a verdict or a benchmark that says which image, host and server produced it.
 
-`ddtree selfcheck --live` and `ddtree bench` write one (JSON). It names the image (ddtree.image_identity:
-labels, identity key, config id when known, patch series, freeze, tree digest, weights lock), the host's
+`ddtree selfcheck --live` and `ddtree bench` write one (JSON). It names the image twice: `served_image`, what
+the server reported in /server_info (patch ddtree-served-identity: its baked identity and the tree digest
+`ddtree serve` measured), and `image`, the client's view (ddtree.image_identity: labels, identity key, config
+id when known, patch series, freeze, tree digest, weights lock); then the host's
 GPUs, the server's settings, the figures (median and spread over the runs), the sha256 of the greedy output
 of the fixed prompt (PROMPT below, GREEDY_TOKENS tokens at temperature 0), the checks with their status,
 and `digest`: sha256 over the canonical JSON of everything else.
 
 `ddtree receipt verify FILE [--image REF | --labels FILE]` rejects (exit 1), one line per reason:
+    schema       not this version's schema (ddtree-receipt/2), or a key given twice anywhere in the JSON
+                 (a reader keeps one of them: `"verdict": "FAILED"` hidden before a second one)
     edited       the digest does not match the content (an edit after writing, or a damaged file)
-    checks       a check this kind of receipt requires is missing or did not pass
-    image        the receipt's image identity differs from REF's (`docker image inspect` on the host),
-                 from the --labels file, or, without either, from the image this command runs in
+    verdict      not a pass: a live receipt must say REPRODUCED, a bench receipt COMPLETE
+    checks       a required check is missing, or any check did not pass
+    image        the server reported no identity, or one other than the client's view, or files (measured
+                 tree) other than its image's; or the served image differs from REF's (`docker image inspect`
+                 on the host), from the --labels file, or, without either, from the image this runs in
 The digest is integrity, not a signature: it catches edits and mix-ups, not someone who recomputes it.
 """
 
@@ -31,7 +37,9 @@ from ddtree.fsutil import atomic_write, read_text
 from ddtree.jsonshape import NONE, MapOf, Required, problem
 from ddtree.jsontext import JsonProblem, parse
 
-SCHEMA = "ddtree-receipt/1"
+SCHEMA = "ddtree-receipt/2"
+# The verdict a receipt of each kind must carry for `verify` to accept it.
+PASSING_VERDICT = {"live": "REPRODUCED", "bench": "COMPLETE"}
 KINDS = ("live", "bench")
 # Checks a receipt of each kind must carry, each with status "pass", for `verify` to accept it.
 REQUIRED_CHECKS: dict[str, tuple[str, ...]] = {
@@ -145,6 +153,7 @@ def build(
         "image": dict(image if image is not None else image_identity.describe()),
         "host": dict(host if host is not None else host_facts()),
         "server": dict(server),
+        "served_image": server.get("ddtree_image"),
         "figures": dict(figures),
         "greedy": dict(greedy),
         "checks": [dict(c) for c in checks],
@@ -225,28 +234,58 @@ def write(path: Path, document: Mapping[str, Any]) -> Path:
     return Path(path)
 
 
+class DuplicateKey(ValueError):
+    """A JSON object names a key twice: readers disagree on which value counts."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise DuplicateKey(key)
+        seen.add(key)
+    return dict(pairs)
+
+
 # The fields `verify` reads (ddtree.jsonshape); a receipt of another shape is refused, naming the field.
+IMAGE_SHAPE = {"key": (str, NONE), "labels": (MapOf(str), NONE), "config_digest": (str, NONE)}
 SHAPE = {
     "schema": Required(str),
     "kind": Required(str),
     "digest": Required(str),
     "verdict": (str, NONE),
     "checks": Required([{"name": Required(str), "status": Required(str), "detail": (str, NONE)}]),
-    "image": ({"key": (str, NONE), "labels": (MapOf(str), NONE), "config_digest": (str, NONE)}, NONE),
+    "image": (IMAGE_SHAPE, NONE),
+    "served_image": (
+        {**IMAGE_SHAPE, "tree_sha256": (str, NONE), "tree_sha256_measured": (str, NONE)},
+        NONE,
+    ),
 }
 
 
 def load(path: Path) -> dict[str, Any]:
-    """A receipt file: UTF-8 JSON (depth-limited) of SHAPE; anything else is one line naming the file."""
+    """The receipt: UTF-8 JSON (depth-limited) of SHAPE, read through fsutil (absent, FIFO, not UTF-8:
+    one line, exit 2); a key given twice or another schema version is a one-line rejection (exit 1)."""
     hint = "give a receipt written by `ddtree selfcheck --live` or `ddtree bench`"
     try:
         text = read_text(Path(path), f"not found; {hint}")
     except UserError as exc:
         raise UserError(str(exc), 2) from exc
     try:
-        data = parse(text)
+        data = parse(text, object_pairs_hook=_no_duplicates)
+    except DuplicateKey as exc:
+        raise UserError(
+            f"{path}: REJECTED: schema: key {exc.args[0]!r} is given twice", EXIT_REJECTED
+        ) from exc
     except JsonProblem as exc:
         raise UserError(f"{path}: not readable JSON ({exc}); {hint}") from exc
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if isinstance(schema, str) and schema.startswith("ddtree-receipt/") and schema != SCHEMA:
+        raise UserError(
+            f"{path}: REJECTED: schema: {schema!r} is not {SCHEMA}, the version this ddtree verifies "
+            "(an older receipt records no server identity: measure again)",
+            EXIT_REJECTED,
+        )
     if not is_receipt(data):
         raise UserError(f"{path}: not a ddtree receipt (no schema {SCHEMA})")
     misfit = problem(data, SHAPE)
@@ -256,13 +295,16 @@ def load(path: Path) -> dict[str, Any]:
 
 
 def is_receipt(data: Any) -> bool:
-    return isinstance(data, dict) and data.get("schema") == SCHEMA
+    """A ddtree receipt of any schema version (`bench compare` reads older ones; `verify` wants SCHEMA)."""
+    return isinstance(data, dict) and str(data.get("schema", "")).startswith("ddtree-receipt/")
 
 
 def problems(document: Mapping[str, Any], expected_labels: Mapping[str, str] | None = None) -> list[str]:
     """Every reason to reject the receipt, one line each (empty: valid). `expected_labels` are the labels
     of the image it must come from (None: the image is not compared)."""
     found = []
+    if document.get("schema") != SCHEMA:
+        found.append(f"schema: {document.get('schema')!r} is not {SCHEMA}")
     stated = document.get("digest")
     if stated != content_digest(document):
         found.append(
@@ -272,27 +314,63 @@ def problems(document: Mapping[str, Any], expected_labels: Mapping[str, str] | N
     if kind not in KINDS:
         found.append(f"checks: unknown receipt kind {kind!r}")
     else:
-        rows = {row.get("name"): row for row in document.get("checks") or [] if isinstance(row, dict)}
-        for name in REQUIRED_CHECKS[kind]:
-            row = rows.get(name)
-            if row is None:
-                found.append(f"checks: required check {name!r} is missing")
-            elif row.get("status") != "pass":
-                found.append(f"checks: required check {name!r} is {row.get('status')}: {row.get('detail')}")
+        if document.get("verdict") != PASSING_VERDICT[kind]:
+            found.append(f"verdict: {document.get('verdict')!r}, not {PASSING_VERDICT[kind]}")
+        rows = [row for row in document.get("checks") or [] if isinstance(row, dict)]
+        names = {row.get("name") for row in rows}
+        found += [f"checks: required check {n!r} is missing" for n in REQUIRED_CHECKS[kind] if n not in names]
+        found += [
+            f"checks: check {row.get('name')!r} is {row.get('status')}: {row.get('detail')}"
+            for row in rows
+            if row.get("status") != "pass"
+        ]
+    found += served_problems(document)
     if expected_labels is not None:
-        want = image_identity.identity_key(expected_labels)
-        image = document.get("image") or {}
-        have = image.get("key")
-        if want is None:
-            found.append("image: the expected image has no io.ddtree labels (not a ddtree image)")
-        elif have != want:
-            mine = image_identity.identity_labels(image.get("labels") or {})
-            theirs = image_identity.identity_labels(expected_labels)
-            diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-            found.append(
-                f"image: made by image {str(have)[:12]}, not {want[:12]}"
-                + (f" (labels differ: {', '.join(diff[:4])})" if diff else "")
-            )
+        found += expected_problems(document, expected_labels)
+    return found
+
+
+def served_problems(document: Mapping[str, Any]) -> list[str]:
+    """The server's identity against the client's view and against its own measured files."""
+    served = document.get("served_image")
+    if not isinstance(served, dict) or not served.get("key"):
+        return ["image: the server reported no image identity (/server_info has no ddtree_image)"]
+    found = []
+    client = (document.get("image") or {}).get("key")
+    if client and client != served["key"]:
+        found.append(f"image: the server ran image {served['key'][:12]}, the client saw {str(client)[:12]}")
+    measured, baked = served.get("tree_sha256_measured"), served.get("tree_sha256")
+    if not measured:
+        found.append("image: the server's files were not measured (ddtree serve's tree check skipped)")
+    elif baked and measured != baked:
+        found.append(f"image: the server's files (tree {measured[:12]}) are not its image's ({baked[:12]})")
+    return found
+
+
+def expected_problems(document: Mapping[str, Any], expected_labels: Mapping[str, str]) -> list[str]:
+    """The served image against the image the receipt must come from."""
+    served = document.get("served_image") or {}
+    want = image_identity.identity_key(expected_labels, with_tree=False)
+    if want is None:
+        return ["image: the expected image has no io.ddtree labels (not a ddtree image)"]
+    found = []
+    have = served.get("key")
+    if have and have != want:
+        mine = image_identity.identity_labels(served.get("labels") or {})
+        theirs = image_identity.identity_labels(expected_labels)
+        diff = sorted(
+            k
+            for k in set(mine) | set(theirs)
+            if mine.get(k) != theirs.get(k) and k != image_identity.TREE_LABEL
+        )
+        found.append(
+            f"image: made by image {str(have)[:12]}, not {want[:12]}"
+            + (f" (labels differ: {', '.join(diff[:4])})" if diff else "")
+        )
+    tree = image_identity.known_tree(expected_labels)
+    seen = served.get("tree_sha256")  # the measured one is held to it in served_problems
+    if tree and seen and seen != tree:
+        found.append(f"image: the server's tree {str(seen)[:12]} is not the expected image's {tree[:12]}")
     return found
 
 
@@ -322,7 +400,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     verdict = "REJECTED" if found else "VALID"
     print(
         f"receipt {args.file}: {verdict} ({document.get('kind')}, verdict {document.get('verdict')}, "
-        f"image {str((document.get('image') or {}).get('key'))[:12]}; compared with {against})"
+        f"image {str((document.get('served_image') or {}).get('key'))[:12]}; compared with {against})"
     )
     return EXIT_REJECTED if found else EXIT_VALID
 

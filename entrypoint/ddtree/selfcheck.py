@@ -31,6 +31,7 @@ from ddtree.checks import (
 )
 from ddtree.numbers import COUNT, FRACTION, SECONDS, arg_type
 from ddtree.os_release import read_os_release
+from ddtree.smoke_models import ARCHES as SMOKE_ARCHES
 
 MIN_PYTHON = (3, 10)
 
@@ -163,6 +164,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--smoke-tp", type=int, default=1, metavar="N",
         help="--smoke: tensor-parallel size 1, 2 or 4 (tiny models split over N GPUs: the TP top-k merge)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--arch", choices=SMOKE_ARCHES, default=None,
+        help="--smoke: the tiny target: gqa (Qwen3) or mla (Kimi K2.6's DeepSeek-V3 MLA + MoE); default "
+        "DDTREE_SMOKE_ARCH, else gqa",
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these checks")

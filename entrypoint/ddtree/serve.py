@@ -18,7 +18,8 @@ Environment overrides (all optional; the profile gives the defaults):
     DDTREE_API_KEY         the server's API key (never on a command line: see "Secrets" below)
     DDTREE_API_KEY_FILE    a file holding it (a compose/Docker secret: then not in `docker inspect` either)
     DDTREE_EXTRA_ARGS      more server arguments, shell-quoted, appended before the ones after `--`
-    DDTREE_SKIP_CHECKS     comma list of checks to skip: weights, drafter, gpu, shm, port
+    DDTREE_SKIP_CHECKS     comma list of checks to skip: weights, drafter, gpu, shm, port, tree (the
+                           whole-tree digest measured for /server_info in the image; see measured_tree)
     DDTREE_MIN_SHM_GIB     the /dev/shm floor (default 1)
     DDTREE_MODEL_TYPE      the config.json model_type the weights must have (default kimi_k25)
     DDTREE_ALLOW_ARCH_MISMATCH=1   run on a GPU architecture other than the target's
@@ -32,13 +33,17 @@ Numbers are range-checked before anything starts: every value the checks read fr
 (port, TP, block size, ...), wherever it came from (profile, DDTREE_*, DDTREE_EXTRA_ARGS, after `--`, a
 --config file), and DDTREE_MIN_SHM_GIB; TP must also divide the visible GPUs and the model's heads.
 
-Secrets. A process's argv is public on the host (/proc/PID/cmdline, `ps`, `docker top`), so --api-key and
---admin-api-key never reach the server's command line, wherever they were given: they are moved into a
-YAML that SGLang 0.5.13.post1 reads with `--config FILE` (server_args_config_parser; config values come
-before the command line's, and no secret is left on it to override them). The YAML lives only in memory: a
-memfd this process passes across exec, reached through a `server-config.yaml` link in a private temporary
-folder (SGLang wants a .yaml name). DDTREE_API_KEY(_FILE) are removed from the server's environment. The
-patch `secret-args-repr` keeps both keys out of ServerArgs' repr, which SGLang logs at start-up.
+Secrets. A process's argv is public on the host (/proc/PID/cmdline, `ps`, `docker top`), so --api-key,
+--admin-api-key and --ssl-keyfile-password never reach the server's command line, wherever they were given:
+they are moved into a YAML that SGLang 0.5.13.post1 reads with `--config FILE` (server_args_config_parser;
+config values come before the command line's, and no secret is left on it to override them). The YAML lives
+only in memory: a memfd this process passes across exec, reached through a `server-config.yaml` link in a
+private temporary folder (SGLang wants a .yaml name). DDTREE_API_KEY(_FILE) are removed from the server's
+environment, and so are HF_TOKEN and HUGGING_FACE_HUB_TOKEN (the server loads local folders). SGLang's
+argparse takes abbreviations (`--api-ke`): an abbreviation of a secret option or of --config is refused,
+and `--config=PATH` becomes `--config PATH` (SGLang merges the file only then). The patch
+`secret-args-repr` keeps the secrets out of ServerArgs' repr (logged at start-up), /server_info,
+the schedulers' internal states and the request dumps.
 
 Arguments after `--` are appended last; SGLang's parser keeps the last value of a repeated option, so
 they override the profile. The checks read the final command line, so an override is also what is checked.
@@ -57,7 +62,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shlex
 import sys
 import tempfile
@@ -69,6 +73,7 @@ from typing import Any
 from ddtree import gpu, jit_cache, numbers, server_flags, targets, weights, weights_lock
 from ddtree.errors import UserError
 from ddtree.fsutil import read_text
+from ddtree.secret_rules import FULL_PREFIX_FLAGS, SECRET_PATTERN, SERVER_SECRET_FLAGS
 from ddtree.weights_layout import is_read_only, resolve_checkout
 from ddtree.yamlfile import load_yaml
 
@@ -79,16 +84,18 @@ DEFAULT_DRAFTER_DIR = "/models/drafter"
 SERVER_MODULE = "sglang.launch_server"
 # The profile schema has no model type field; Kimi K2.6 loads as kimi_k25 (DDTREE_MODEL_TYPE overrides).
 EXPECTED_MODEL_TYPE = "kimi_k25"
-CHECK_NAMES = ("weights", "drafter", "gpu", "shm", "port")
+CHECK_NAMES = ("weights", "drafter", "gpu", "shm", "port", "tree")
 
 # Flags whose value is a secret, and token shapes masked wherever they appear.
-SECRET_FLAGS = frozenset({"--api-key", "--admin-api-key", "--hf-token", "--token"})
-# SGLang's secret flags: moved off the command line into the in-memory --config YAML.
-SERVER_SECRET_FLAGS = ("--api-key", "--admin-api-key")
-SECRET_ENV = ("DDTREE_API_KEY", "DDTREE_API_KEY_FILE")
+SECRET_FLAGS = frozenset({"--api-key", "--admin-api-key", "--ssl-keyfile-password", "--hf-token", "--token"})
+# SGLang's secret flags (ddtree.secret_rules): moved off the command line into the in-memory --config YAML.
+# Consumed here, not inherited: the server loads local folders (fetching is `ddtree weights fetch`'s job),
+# so the Hub token has no use in it either.
+SECRET_ENV = ("DDTREE_API_KEY", "DDTREE_API_KEY_FILE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 CONFIG_FLAG = "--config"
 CONFIG_NAME = "server-config.yaml"
-SECRET_PATTERN = re.compile(r"(hf_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9_-]{8,})")
+# SGLang's argparse takes any unique prefix of an option (allow_abbrev): these must be spelt in full.
+GUARDED_FLAGS = (*SERVER_SECRET_FLAGS, CONFIG_FLAG)
 SECRET_ENV_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 MASK = "****"
 
@@ -302,6 +309,27 @@ def split_secrets(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     return kept, secrets
 
 
+def spell_guarded_flags(argv: Sequence[str]) -> list[str]:
+    """argv with `--config=PATH` as `--config PATH` (SGLang merges a config file only for the separate
+    token: with `=` it would drop the whole file); an abbreviation of a secret option or of --config is
+    refused, naming the option only, since SGLang's argparse would take it and our filter would not."""
+    out: list[str] = []
+    for arg in argv:
+        flag, eq, value = arg.partition("=")
+        if flag == CONFIG_FLAG and eq:
+            out += [CONFIG_FLAG, value]
+            continue
+        if flag.startswith("--") and len(flag) > 2 and flag not in GUARDED_FLAGS:
+            meant = [g for g in GUARDED_FLAGS if g.startswith(flag)]
+            if meant and flag not in FULL_PREFIX_FLAGS:
+                raise UserError(
+                    f"{flag} abbreviates {' or '.join(meant)}: write the option in full (set by {WHERE_SET})",
+                    exit_code=EXIT_CANNOT_RUN,
+                )
+        out.append(arg)
+    return out
+
+
 def config_argv(config: Mapping[str, Any]) -> list[str]:
     """A --config YAML as the tokens SGLang's ConfigArgumentMerger puts before the command line's."""
     argv: list[str] = []
@@ -395,13 +423,13 @@ def plan(
         # The profile's environment fills in what the caller did not set; the caller's values win.
         environment = {k: environ.get(k, v) for k, v in target.environment.items()}
     environment.update(jit_cache.environment(environ))
-    argv = assemble(target, environ, extra)
+    argv = spell_guarded_flags(assemble(target, environ, extra))
     validate_values(argv)
-    _, user_config = read_user_config(argv)
+    config_path, user_config = read_user_config(argv)
     validate_values(config_argv(user_config))
     parsed = read_server_flags(argv, user_config)
     argv, secrets = split_secrets(argv)
-    if secrets and user_config:
+    if secrets and config_path is not None:
         argv = _without_config(argv)  # its values go into the in-memory config, with the secrets
     return Launch(
         target=target,
@@ -416,6 +444,11 @@ def plan(
     )
 
 
+# What the token fallback reads and so must not meet abbreviated (the secret options and --config are
+# spell_guarded_flags' own).
+FALLBACK_CHECKED = (*CHECKED_NUMBERS, "--model-path", "--speculative-draft-model-path", "--host")
+
+
 def read_server_flags(argv: Sequence[str], user_config: Mapping[str, Any]) -> dict[str, Any] | None:
     """The final command line through SGLang's own parser (ddtree.server_flags), config tokens first as
     SGLang merges them; every checked number is range-checked on the value SGLang will use, whatever the
@@ -424,7 +457,7 @@ def read_server_flags(argv: Sequence[str], user_config: Mapping[str, Any]) -> di
     tokens = config_argv(user_config) + _without_config(argv)
     parsed = server_flags.parse(tokens)
     if parsed is None:
-        server_flags.refuse_abbreviations(tokens, [*CHECKED_NUMBERS, *VALUE_FLAGS])
+        server_flags.refuse_abbreviations(tokens, FALLBACK_CHECKED)
         return None
     for flag, (bounds, fix) in CHECKED_NUMBERS.items():
         value = server_flags.value(parsed, flag)
@@ -602,6 +635,24 @@ def preflight(
     if "port" not in skip:
         port, host = check_port(launch)
         log(f"ok   port     {host}:{port} is free")
+    if "tree" not in skip:
+        launch.environment.update(measured_tree(log))
+
+
+def measured_tree(log: Callable[[str], None]) -> dict[str, str]:
+    """In the image: the whole-tree digest measured now (a few seconds on the cores), exported to the server
+    as DDTREE_SERVED_TREE_SHA256 for its /server_info (patch ddtree-served-identity): a receipt then names
+    the files that served, also in an image built FROM this one. Outside an image (no baked identity): {}."""
+    from ddtree import image_identity, tree_identity
+
+    if not tree_identity.IDENTITY_FILE.is_file():
+        return {}
+    site, extra = tree_identity.image_roots()
+    report = tree_identity.scan(site, extra)
+    baked = (tree_identity.read_identity(tree_identity.IDENTITY_FILE) or {}).get("digest")
+    same = "the build's" if report.digest == baked else f"NOT the build's {str(baked)[:16]}"
+    log(f"ok   tree     {report.digest[:16]} ({same}; {report.files} files, {report.seconds:.1f} s)")
+    return {image_identity.SERVED_TREE_ENV: report.digest}
 
 
 def check_weights(launch: Launch) -> weights.ModelSummary:

@@ -27,6 +27,7 @@ from ddtree.errors import UserError
 EXIT_CANNOT_RUN = 2
 # Aliases SGLang 0.5.13.post1 declares for the options the checks read (server_args.py), for the fallback.
 ALIASES = {
+    "--model": "--model-path",
     "--tp": "--tp-size",
     "--tensor-parallel-size": "--tp-size",
     "--speculative-draft-model": "--speculative-draft-model-path",

@@ -46,10 +46,11 @@ from typing import Any
 from ddtree.bench.client import Client
 from ddtree.errors import UserError
 from ddtree.smoke_models import (
-    HEADS,
+    ARCHES,
     LOGIT_LADDER,
     REAL_TOKENS,
     SmokeSettings,
+    attention_heads,
     successor_cycle,
     target_class_probabilities,
     write_models,
@@ -225,10 +226,12 @@ def judge(results: dict[str, ModeResult], settings: SmokeSettings) -> tuple[bool
     return ok, lines
 
 
-def gpu_problem(tp: int = 1) -> str | None:
-    """Why this machine cannot run the smoke test (on `tp` GPUs), or None."""
-    if tp < 1 or HEADS % tp:
-        return f"--smoke-tp {tp}: the tiny models have {HEADS} attention heads; use 1, 2 or 4"
+def gpu_problem(tp: int = 1, arch: str = "gqa") -> str | None:
+    """Why this machine cannot run the smoke test (on `tp` GPUs, the `arch` target), or None."""
+    heads = attention_heads(arch)
+    if tp < 1 or heads % tp:
+        divisors = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
+        return f"--smoke-tp {tp}: the tiny {arch} target has {heads} attention heads; use {divisors}"
     try:
         import torch
     except ImportError:
@@ -273,7 +276,7 @@ def settings_from_profile(name: str | None) -> SmokeSettings:
 
 
 def run_smoke(settings: SmokeSettings, keep: Path | None = None, json_out: bool = False) -> int:
-    problem = gpu_problem(settings.tp)
+    problem = gpu_problem(settings.tp, settings.arch)
     if problem:
         print(f"smoke: cannot run here: {problem}")
         return EXIT_CANNOT_RUN
@@ -282,8 +285,8 @@ def run_smoke(settings: SmokeSettings, keep: Path | None = None, json_out: bool 
         target, drafter = write_models(work / "models", settings)
         f = successor_cycle(settings.seed)
         print(
-            f"smoke: tiny target + drafter in {work}; DDTREE block {settings.block_size}, budget "
-            f"{settings.budget}, top-k {settings.topk}, window {settings.window}, TP {settings.tp}",
+            f"smoke: tiny {settings.arch} target + drafter in {work}; DDTREE block {settings.block_size}, "
+            f"budget {settings.budget}, top-k {settings.topk}, window {settings.window}, TP {settings.tp}",
             flush=True,
         )
         results: dict[str, ModeResult] = {}
@@ -314,10 +317,22 @@ def run_smoke(settings: SmokeSettings, keep: Path | None = None, json_out: bool 
         shutil.rmtree(work, ignore_errors=True)
 
 
+def smoke_arch(given: str | None) -> str:
+    """The target architecture: --arch, else DDTREE_SMOKE_ARCH, else gqa; anything else is a UserError."""
+    arch = given or os.environ.get("DDTREE_SMOKE_ARCH") or "gqa"
+    if arch not in ARCHES:
+        raise UserError(
+            f"smoke target architecture {arch!r} (--arch or DDTREE_SMOKE_ARCH): use {' or '.join(ARCHES)}"
+        )
+    return arch
+
+
 def selfcheck_smoke(args: Any) -> int:
     """Entry point of `ddtree selfcheck --smoke` (argparse namespace from ddtree.selfcheck)."""
     settings = replace(
-        settings_from_profile(getattr(args, "target", None)), tp=int(getattr(args, "smoke_tp", 1))
+        settings_from_profile(getattr(args, "target", None)),
+        tp=int(getattr(args, "smoke_tp", 1)),
+        arch=smoke_arch(getattr(args, "arch", None)),
     )
     keep = os.environ.get("DDTREE_SMOKE_LOGS")
     return run_smoke(settings, keep=Path(keep) if keep else None, json_out=bool(getattr(args, "json", False)))

@@ -44,12 +44,34 @@ class SmokeSettings:
     port: int = 0
     launch_timeout_s: float = 300.0
     extra_server_args: tuple[str, ...] = ()
-    tp: int = 1  # tensor-parallel size of every server (a divisor of HEADS)
+    tp: int = 1  # tensor-parallel size of every server (a divisor of the target's attention heads)
+    arch: str = "gqa"  # the target: "gqa" (Qwen3) or "mla" (Kimi K2.6's MLA + MoE: smoke_models_mla)
 
     @property
     def long_prompt(self) -> int:
         """A prompt longer than the drafter window, so the compact drafter cache slides."""
         return (self.window or 512) + 64
+
+
+ARCHES = ("gqa", "mla")
+
+
+def attention_heads(arch: str) -> int:
+    """The target's attention heads (tensor parallelism must divide them)."""
+    if arch == "mla":
+        from ddtree.smoke_models_mla import MLA_HEADS
+
+        return MLA_HEADS
+    return HEADS
+
+
+def arch_server_args(arch: str) -> tuple[str, ...]:
+    """SGLang flags the target's architecture needs on every server (smoke_models_mla.MLA_SERVER_ARGS)."""
+    if arch == "mla":
+        from ddtree.smoke_models_mla import MLA_SERVER_ARGS
+
+        return MLA_SERVER_ARGS
+    return ()
 
 
 def successor_cycle(seed: int) -> list[int]:
@@ -108,24 +130,13 @@ def _config(**extra: Any) -> dict[str, Any]:
     return base
 
 
-def write_models(folder: Path, settings: SmokeSettings) -> tuple[Path, Path]:
-    """Write target/ and drafter/ (config.json + model.safetensors) under folder; return both paths."""
+def _qwen3_target_tensors(embed: Any, lm_head: Any) -> dict[str, Any]:
+    """The Qwen3-shaped target's tensors: the given embedding and LM head, attention and MLP matrices zero."""
     import torch
-    from safetensors.torch import save_file
 
-    target_dir, drafter_dir = folder / "target", folder / "drafter"
-    target_dir.mkdir(parents=True, exist_ok=True)
-    drafter_dir.mkdir(parents=True, exist_ok=True)
-    dtype = torch.bfloat16
-    scale = math.sqrt(HIDDEN)  # embeddings scale * unit vector: RMSNorm leaves them unchanged
-    embed = torch.zeros(VOCAB, HIDDEN)
-    embed[:REAL_TOKENS, :REAL_TOKENS] = torch.eye(REAL_TOKENS) * scale  # mask token (255): zero vector
-    z = torch.tensor(logit_table(successor_cycle(settings.seed)))  # [254, V]
-    lm_head = torch.zeros(VOCAB, HIDDEN)
-    lm_head[:, :REAL_TOKENS] = z.T / scale  # logits[s] = lm_head[s] . (scale * e_t) = Z[t, s]
     zeros_sq = torch.zeros(HIDDEN, HIDDEN)
     ones = torch.ones(HIDDEN)
-    target: dict[str, torch.Tensor] = {
+    target: dict[str, Any] = {
         "model.embed_tokens.weight": embed,
         "lm_head.weight": lm_head,
         "model.norm.weight": ones,
@@ -141,9 +152,39 @@ def write_models(folder: Path, settings: SmokeSettings) -> tuple[Path, Path]:
         target[p + "mlp.down_proj.weight"] = torch.zeros(HIDDEN, 2 * HIDDEN)
         target[p + "input_layernorm.weight"] = ones
         target[p + "post_attention_layernorm.weight"] = ones
-    save_file({k: v.to(dtype).contiguous() for k, v in target.items()}, str(target_dir / "model.safetensors"))
-    (target_dir / "config.json").write_text(json.dumps(_config(), indent=1))
+    return target
 
+
+def write_models(folder: Path, settings: SmokeSettings) -> tuple[Path, Path]:
+    """Write target/ and drafter/ (config.json + model.safetensors) under folder; return both paths."""
+    import torch
+    from safetensors.torch import save_file
+
+    target_dir, drafter_dir = folder / "target", folder / "drafter"
+    target_dir.mkdir(parents=True, exist_ok=True)
+    drafter_dir.mkdir(parents=True, exist_ok=True)
+    dtype = torch.bfloat16
+    scale = math.sqrt(HIDDEN)  # embeddings scale * unit vector: RMSNorm leaves them unchanged
+    embed = torch.zeros(VOCAB, HIDDEN)
+    embed[:REAL_TOKENS, :REAL_TOKENS] = torch.eye(REAL_TOKENS) * scale  # mask token (255): zero vector
+    z = torch.tensor(logit_table(successor_cycle(settings.seed)))  # [254, V]
+    lm_head = torch.zeros(VOCAB, HIDDEN)
+    lm_head[:, :REAL_TOKENS] = z.T / scale  # logits[s] = lm_head[s] . (scale * e_t) = Z[t, s]
+    if settings.arch not in ARCHES:
+        raise ValueError(f"smoke arch {settings.arch!r}: use one of {', '.join(ARCHES)}")
+    if settings.arch == "mla":
+        from ddtree.smoke_models_mla import mla_config, mla_target_tensors
+
+        target = mla_target_tensors(embed, lm_head)
+        target_config = mla_config()
+    else:
+        target = _qwen3_target_tensors(embed, lm_head)
+        target_config = _config()
+    save_file({k: v.to(dtype).contiguous() for k, v in target.items()}, str(target_dir / "model.safetensors"))
+    (target_dir / "config.json").write_text(json.dumps(target_config, indent=1))
+
+    zeros_sq = torch.zeros(HIDDEN, HIDDEN)
+    ones = torch.ones(HIDDEN)
     drafter = {
         # zero queries and keys: uniform attention; values and output projection pass the token through
         "layers.0.self_attn.q_proj.weight": zeros_sq,

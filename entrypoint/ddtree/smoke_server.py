@@ -12,9 +12,7 @@ import time
 from pathlib import Path
 
 from ddtree.bench.client import Client
-from ddtree.smoke_models import (
-    SmokeSettings,
-)
+from ddtree.smoke_models import SmokeSettings, arch_server_args
 
 
 def _free_port() -> int:
@@ -76,7 +74,8 @@ class Server:
             *(["--skip-tokenizer-init"] if skip_tokenizer_init else []),
             "--attention-backend", "triton", "--mem-fraction-static", "0.2",
             "--cuda-graph-max-bs", "32", "--max-running-requests", "32", "--port", str(self.port),
-            "--random-seed", str(settings.seed), *args, *tp_args(settings), *settings.extra_server_args,
+            "--random-seed", str(settings.seed), *args, *tp_args(settings), *arch_server_args(settings.arch),
+            *settings.extra_server_args,
         ]  # fmt: skip
         self.cmd = cmd
         self._log = open(log_path, "w")  # noqa: SIM115 (closed in stop)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from ddtree.errors import UserError
+from ddtree.secret_rules import profile_secrets
 from ddtree.yamlfile import load_yaml
 
 SCHEMA_VERSION = 1
@@ -285,6 +286,14 @@ def validate_target(data: Any, source: Path | str) -> Target:
     if not isinstance(data, dict):
         raise UserError(f"{source}: expected a mapping at the top level")
     _check_keys(source, data, _TOP_KEYS, "")
+    secret = profile_secrets(data)
+    if secret:
+        raise _fail(
+            source,
+            secret[0],
+            "holds a secret, and a profile is baked into the image: remove it and give it at run time "
+            "(DDTREE_API_KEY_FILE, HF_TOKEN, or -- ARGS to ddtree serve)",
+        )
     if data.get("schema") != SCHEMA_VERSION:
         raise _fail(source, "schema", f"must be {SCHEMA_VERSION}, got {data.get('schema')!r}")
     name = _str(source, data, "name")

@@ -12,8 +12,9 @@ already present and matching the lock is not downloaded again, so an already-com
 offline and exits 0 (HF_HUB_OFFLINE=1 or --offline: nothing is asked of the Hub).
 
 The token comes from HF_TOKEN or --token-file FILE (the drafter, z-lab/Kimi-K2.6-DFlash, is gated); it is
-never printed and never on a command line. HF_ENDPOINT points at another Hub (a mirror, or the tests'
-local stand-in).
+never printed and never on a command line, and goes only to the Hub: a download the Hub redirects to
+another host (its CDN) is asked for without it, as huggingface_hub does. HF_ENDPOINT points at another Hub
+(a mirror, or the tests' local stand-in).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,7 +188,7 @@ def _download(
                 meta.location,
                 handle,
                 resume_size=handle.tell(),
-                headers=build_hf_headers(token=token),
+                headers=download_headers(url, meta.location, build_hf_headers(token=token)),
                 expected_size=expected,
                 displayed_filename=f"{model.role}/{entry.path}",
             )
@@ -195,6 +197,14 @@ def _download(
     target = dest / entry.path
     target.parent.mkdir(parents=True, exist_ok=True)
     os.replace(partial, target)
+
+
+def download_headers(url: str, location: str, headers: dict[str, str]) -> dict[str, str]:
+    """The headers for the GET of `location`: without Authorization when the Hub redirected to another
+    host (its CDN, a signed URL), as huggingface_hub's own download does; the token stays with the Hub."""
+    if urllib.parse.urlsplit(url).netloc != urllib.parse.urlsplit(location).netloc:
+        return {k: v for k, v in headers.items() if k.lower() != "authorization"}
+    return headers
 
 
 def fetch(

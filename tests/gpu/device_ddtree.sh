@@ -31,8 +31,22 @@
 #      inside DDTREE steps.
 #   8. core (not in `all`): tests/gpu/test_ddtree_core_gpu.py (kernels vs torch, the Triton sampling kernels
 #      vs the torch reference, no sync, graph replay) and benchmarks/ddtree_core_bench.py ($OUT/core_bench.json).
-# usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|live|all|warm|stress|steps|core]
+#   9. verify (not in `all`): tests/gpu/test_verify_attention_gpu.py (the split-KV target-verify attention of
+#      patch ddtree-splitkv-verify vs extend_attention_fwd and torch, graph replay, no sync, the timing table;
+#      under 2 minutes) and benchmarks/verify_attention_bench.py (contexts 256..32768 x bs 1/8/32, pair
+#      shapes, $OUT/verify_attention_bench.json; about 1-2 minutes).
+#  10. secrets (tests/gpu/secrets_tiny.py, not in `all`): `ddtree serve` (user key from a file, admin key after
+#      --, HF_TOKEN set) and `ddtree router` (when sglang-router is installed) on the tiny models; the keys must
+#      be enforced, and no key or token may show in /server_info, /get_server_info, any process's cmdline or
+#      environ, the logs, the request dumps, the receipt or the Dockerfile. Exit 0 none found, 1 a leak
+#      (`LEAK <secret> in <place>`), 2 the server never got ready. About 1.5-3 minutes.
+#  11. options (not in `all`): tests/gpu/request_options_gpu.py: per-row request options (penalties,
+#      min_new_tokens, logit_bias) on CUDA equal to CPU, no host sync, one CUDA graph replays like eager; their
+#      cost at bs 32, budget 16, vocabulary 163840 ($OUT/request_options.json). Under a minute.
+# usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [pytest|smoke|live|all|warm|stress|steps|core|verify|secrets|options]
 #   SMOKE_TP=2 (or 4): the smoke's servers run tensor-parallel over that many GPUs (the TP top-k merge).
+#   DDTREE_SMOKE_ARCH=mla: the smoke's target is Kimi K2.6's architecture (DeepSeek-V3 MLA + MoE, tiny:
+#   ddtree.smoke_models_mla) instead of Qwen3's; STRESS_ARGS="--arch mla" does the same for the stress.
 #   STRESS_TP=2: the stress servers run tensor-parallel, and the odd requests sample (T 0.8, top-p 0.9).
 #   STRESS_ARGS="--budget 4": more stress_ddtree.py flags (--budget 4: block size 8 > budget + 1;
 #   --algorithm DFLASH: the same stress on upstream DFlash, to tell whose bug a failure is).
@@ -78,8 +92,14 @@ if [ "$what" = stress ]; then
   grep -hE "Traceback|Mem Leak|DFLASH draft OOM|#retracted_reqs|DDTREE" "$OUT"/stress/server-stress-*.log 2>/dev/null \
     | sed -E 's/[0-9]+/N/g' | sort | uniq -c | sort -rn | head -20
 fi
+if [ "$what" = secrets ]; then
+  run_step secrets python3 tests/gpu/secrets_tiny.py --out "$OUT/secrets"
+fi
 if [ "$what" = steps ]; then
   run_step steps python3 tests/gpu/ddtree_step_checks.py --out "$OUT"
+fi
+if [ "$what" = options ]; then
+  run_step options python3 tests/gpu/request_options_gpu.py --json "$OUT/request_options.json"
 fi
 if [ "$what" = core ]; then
   t=$SECONDS
@@ -88,5 +108,13 @@ if [ "$what" = core ]; then
   python3 benchmarks/ddtree_core_bench.py --json "$OUT/core_bench.json"
   rc=$((rc | $?))
   echo "core: $((SECONDS - t)) s"
+fi
+if [ "$what" = verify ]; then
+  t=$SECONDS
+  python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_verify_attention_gpu.py 2>&1 | tail -40
+  rc=$((rc | PIPESTATUS[0]))
+  python3 benchmarks/verify_attention_bench.py --splits 4 8 16 32 64 --json "$OUT/verify_attention_bench.json" | tail -60
+  rc=$((rc | PIPESTATUS[0]))
+  echo "verify: $((SECONDS - t)) s"
 fi
 exit $rc

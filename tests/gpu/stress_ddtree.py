@@ -3,8 +3,10 @@
 Run by tests/gpu/device_ddtree.sh stress (not collected by pytest: no test_ prefix). It writes smoke.py's tiny
 target + drafter + byte tokenizer, adds seeded noise to the target's attention and MLP weights (so its logits
 depend on the whole context through the KV cache while greedy margins stay wide: --noise 0.03 leaves top-1
-minus top-2 >= 1.5 on CPU over 600 steps; 0.04 starts to flip tokens), then serves the same models twice,
-one server at a time, each with CUDA graphs on, a small KV pool (--max-total-tokens) and
+minus top-2 >= 1.5 on CPU over 600 steps; 0.04 starts to flip tokens; on the --arch mla target 0.03 leaves
+>= 1.03 over 600 greedy steps under transformers' DeepseekV3ForCausalLM, no token off the cycle), then serves
+the same models twice, one server at a time, each with CUDA graphs on, a small KV pool (--max-total-tokens)
+and
 
     SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY=1   (SGLang asserts, every busy iteration, that no KV leaked)
     SGLANG_TEST_RETRACT=1                          (the scheduler retracts a request every third step)
@@ -18,7 +20,15 @@ without speculation. Each server gets, in order:
   (two printable bytes), so generation stops inside an accepted path (servers that only come up with
   --skip-tokenizer-init match no stop strings: then the second byte's id is a stop_token_ids entry);
 - phase "long": 4 concurrent greedy requests of 2400 new tokens (one prompt past the window);
-- a request with frequency_penalty: DDTREE must answer 400 with its one-line refusal, plain decoding 200.
+- phase "options": 8 concurrent greedy requests of 96 new tokens, each with request options that change the
+  logits per verify row (frequency, presence and repetition penalties, min_new_tokens with EOS and stop ids,
+  logit_bias, all at once), compared token for token (the gap at a divergence is asked with the same options,
+  the prefix as output: penalties count output tokens, not the prompt). Under SGLANG_TEST_RETRACT this
+  comparison is information only: a retracted request comes back in a new batch whose penalizers start from
+  zero, in plain decoding too, and the two servers retract at different points. `--options-only` runs just
+  this phase and the refusal below, without forced retraction, and judges it (two servers, 2-3 minutes);
+- a streamed request with a custom_logit_processor: the speculative server (DDTREE or DFLASH) must answer
+  HTTP 400 with its one-line refusal before the stream starts.
 --budget 4 makes the DFlash block (8) larger than budget + 1, the case that once ran the drafter out of KV;
 --algorithm DFLASH runs the same stress on upstream DFlash, to tell whose fault a failure is.
 With --tp 2 every server is tensor-parallel and the odd requests sample (temperature 0.8, top-p 0.9): those
@@ -75,7 +85,19 @@ LOG_PROBLEMS = (
     "falling back to greedy argmax verification",
 )
 RETRACTED = re.compile(r"#retracted_reqs: (\d+)")
-REFUSAL = "DDTREE speculative decoding does not support frequency_penalty"
+REFUSAL = "speculative decoding does not support custom_logit_processor"
+OPTIONS_NEW = 96
+OPTION_SETS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("frequency", {"frequency_penalty": 0.5}),
+    ("presence", {"presence_penalty": 0.8}),
+    ("repetition", {"repetition_penalty": 1.3}),
+    ("negative_frequency", {"frequency_penalty": -0.5}),
+    ("min_new_tokens", {"min_new_tokens": OPTIONS_NEW}),
+    ("logit_bias", {"logit_bias": {"65": 4.0, "101": -3.0}}),
+    ("min_new_stop_id", {"min_new_tokens": 48, "stop_token_ids": [ord("e")]}),
+    ("all", {"frequency_penalty": 0.3, "presence_penalty": 0.3, "repetition_penalty": 1.1,
+             "min_new_tokens": 16, "logit_bias": {"66": 2.0}}),
+)  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,11 +111,14 @@ class StressRequest:
     abort: bool = False
     stop: str | None = None  # a stop string, or with stop_as_token its last byte's token id
     stop_as_token: bool = False  # servers without a tokenizer (--skip-tokenizer-init) match no stop strings
+    options: str = ""  # request options (phase "options"), JSON of the extra sampling parameters
 
     def payload(self, rid: str) -> dict[str, Any]:
         params: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "temperature": 0.0}
         if self.sampled:
             params.update(SAMPLED)
+        if self.options:
+            params.update(json.loads(self.options))
         if self.stop is not None and self.stop_as_token:
             params["stop_token_ids"] = [ord(self.stop[-1])]
         elif self.stop is not None:
@@ -196,6 +221,21 @@ def long_requests(seed: int, window: int, vocab: int) -> list[StressRequest]:
     ]
 
 
+def options_requests(mixed: list[StressRequest], with_tokenizer: bool = True) -> list[StressRequest]:
+    """Phase "options": one greedy request per OPTION_SETS entry, on the prompts of unaborted mixed requests.
+
+    Without a tokenizer (--skip-tokenizer-init) SGLang's min_new_tokens penalizer reads req.tokenizer (None)
+    and fails, in plain decoding too: `with_tokenizer` False leaves those option sets out."""
+    prompts = [r.prompt for r in mixed if not r.abort and not r.sampled]
+    return [
+        StressRequest(
+            name=f"opt-{name}", prompt=prompt, max_new_tokens=OPTIONS_NEW, options=json.dumps(options)
+        )
+        for (name, options), prompt in zip(OPTION_SETS, prompts, strict=False)
+        if with_tokenizer or "min_new_tokens" not in options
+    ]
+
+
 def first_divergence(a: list[int], b: list[int]) -> int | None:
     """Index of the first differing token (a length difference counts), None when equal."""
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
@@ -204,12 +244,12 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def top2_gap(meta: dict[str, Any]) -> float | None:
-    """Top-1 minus top-2 log-prob of the first generated position, from SGLang's meta_info."""
+def top2_gap(meta: dict[str, Any], index: int = 0) -> float | None:
+    """Top-1 minus top-2 log-prob of generated position `index`, from SGLang's meta_info."""
     tops = meta.get("output_top_logprobs") or []
-    if not tops or not tops[0] or len(tops[0]) < 2:
+    if len(tops) <= index or not tops[index] or len(tops[index]) < 2:
         return None
-    return float(tops[0][0][0]) - float(tops[0][1][0])
+    return float(tops[index][0][0]) - float(tops[index][1][0])
 
 
 def log_problems(text: str, speculative: bool) -> list[str]:
@@ -305,6 +345,17 @@ def divergence_gap(client: Client, prompt: list[int], prefix: list[int]) -> floa
     return top2_gap(json.loads(body).get("meta_info", {}))
 
 
+def options_gap(client: Client, req: StressRequest, at: int) -> float | None:
+    """Plain decoding's top-1 minus top-2 log-prob at output index `at` of an options request: the request
+    again, up to that token, with log-probs (its penalties need the prefix as output, not as prompt)."""
+    payload = {**req.payload(f"gap-{req.name}"), "return_logprob": True, "top_logprobs_num": 2}
+    payload["sampling_params"] = {**payload["sampling_params"], "max_new_tokens": at + 1}
+    status, body = client.post_text("/generate", payload, REQUEST_TIMEOUT_S)
+    if status != 200:
+        return None
+    return top2_gap(json.loads(body).get("meta_info", {}), at)
+
+
 # ---------------------------------------------------------------------------------------- the verdict
 
 
@@ -349,8 +400,10 @@ def compare_phase(
     ddtree: dict[str, Answer],
     plain: dict[str, Answer],
     gaps: dict[GapKey, float | None],
+    judged: bool = True,
 ) -> None:
-    """Every request finished (aborts excepted); greedy outputs equal, else judged by the gap at the split."""
+    """Every request finished (aborts excepted); greedy outputs equal, else judged by the gap at the split
+    (`judged` False: the comparison is an information line)."""
     unfinished, equal, compared, noise, bugs = [], 0, 0, [], []
     for req in requests:
         dd, pl = ddtree[req.name], plain[req.name]
@@ -377,15 +430,18 @@ def compare_phase(
             "gap": gap,
         }
         (noise if gap is not None and gap <= NOISE_GAP else bugs).append(record)
-    verdict.noise += noise
-    verdict.bugs += bugs
     verdict.check(not unfinished, f"{phase}: every request finished (aborted ones excepted)" + (
         f"; not: {unfinished[:6]}" if unfinished else ""))  # fmt: skip
-    verdict.check(
-        not bugs,
+    text = (
         f"{phase}: {equal}/{compared} greedy outputs identical to plain decoding; {len(noise)} differ at a "
-        f"gap <= {NOISE_GAP} (bf16 noise), {len(bugs)} otherwise" + (f": {bugs[:3]}" if bugs else ""),
+        f"gap <= {NOISE_GAP} (bf16 noise), {len(bugs)} otherwise" + (f": {bugs[:3]}" if bugs else "")
     )
+    if not judged:
+        verdict.lines.append(f"info {text} (forced retraction resets penalizers: not judged)")
+        return
+    verdict.noise += noise
+    verdict.bugs += bugs
+    verdict.check(not bugs, text)
 
 
 # ---------------------------------------------------------------------------------------- the run
@@ -402,7 +458,7 @@ def add_context_noise(target_dir: Path, sigma: float, seed: int) -> None:
     weights = load_file(str(path))
     gen = torch.Generator().manual_seed(seed)
     for name, value in weights.items():
-        if (".self_attn." in name and name.endswith("_proj.weight")) or ".mlp." in name:
+        if (".self_attn." in name and "_proj" in name) or ".mlp." in name:  # MLA: kv_a_proj_with_mqa too
             noisy = value.float() + sigma * torch.randn(value.shape, generator=gen)
             weights[name] = noisy.to(value.dtype).contiguous()
     scratch = path.with_suffix(".partial")
@@ -412,7 +468,8 @@ def add_context_noise(target_dir: Path, sigma: float, seed: int) -> None:
 
 @dataclasses.dataclass
 class ServerRun:
-    """One server's answers per phase, its answer to the penalty request, and (launched servers) its log."""
+    """One server's answers per phase, its answer to the custom-logit-processor request, and (launched
+    servers) its log."""
 
     answers: dict[str, dict[str, Answer]]
     refusal: Answer
@@ -424,25 +481,34 @@ class ServerRun:
 class Plan:
     """The phases every server gets, in order; DDTREE runs first and its outputs place the stop strings."""
 
-    def __init__(self, seed: int, settings: smoke_models.SmokeSettings, tp: int):
+    def __init__(self, seed: int, settings: smoke_models.SmokeSettings, tp: int, options_only: bool = False):
         window = settings.window or 2048
+        self.options_only = options_only
         self.mixed = mixed_requests(seed, window, settings.block_size, smoke_models.REAL_TOKENS, tp)
         self.longs = long_requests(seed, window, smoke_models.REAL_TOKENS)
+        self.options: list[StressRequest] = []
         self.stops: list[StressRequest] = []
 
     def phases(self) -> dict[str, list[StressRequest]]:
-        return {"mixed": self.mixed, "stop": self.stops, "long": self.longs}
+        if self.options_only:
+            return {"options": self.options}
+        return {"mixed": self.mixed, "stop": self.stops, "long": self.longs, "options": self.options}
 
     def run(
         self, client: Client, label: str, text_stops: bool = True
     ) -> tuple[dict[str, dict[str, Answer]], Answer]:
-        got = {"mixed": run_phase(client, label, "mixed", self.mixed)}
-        if not self.stops:
-            self.stops = stop_requests(self.mixed, got["mixed"], as_token=not text_stops)
-        got["stop"] = run_phase(client, label, "stop", self.stops)
-        got["long"] = run_phase(client, label, "long", self.longs)
-        payload = StressRequest("penalty", self.mixed[0].prompt[:32], 8).payload(f"{label}-penalty")
-        payload["sampling_params"]["frequency_penalty"] = 0.5
+        got = {}
+        if not self.options_only:
+            got["mixed"] = run_phase(client, label, "mixed", self.mixed)
+            if not self.stops:
+                self.stops = stop_requests(self.mixed, got["mixed"], as_token=not text_stops)
+            got["stop"] = run_phase(client, label, "stop", self.stops)
+            got["long"] = run_phase(client, label, "long", self.longs)
+        if not self.options:
+            self.options = options_requests(self.mixed, with_tokenizer=text_stops)
+        got["options"] = run_phase(client, label, "options", self.options)
+        payload = StressRequest("custom", self.mixed[0].prompt[:32], 8).payload(f"{label}-custom")
+        payload.update(stream=True, custom_logit_processor='{"callable": "not-a-processor"}')
         status, body = client.post_text("/generate", payload, REQUEST_TIMEOUT_S)
         return got, Answer(finish="length" if status == 200 else None, error=None if status == 200 else
                            f"HTTP {status}: {body[:300]}")  # fmt: skip
@@ -494,7 +560,7 @@ def judge(
     algorithm: str = "DDTREE",
 ) -> Verdict:
     """Every check of the module docstring. `ddtree` is the speculative server; under --algorithm DFLASH it
-    gets no refusal or greedy-fallback checks (DFLASH serves penalties and may fall back)."""
+    gets no greedy-fallback checks (DFLASH may fall back)."""
     verdict = Verdict()
     is_ddtree = algorithm == "DDTREE"
     for label, run, speculative in ((algorithm.lower(), ddtree, is_ddtree), ("plain", plain, False)):
@@ -506,35 +572,40 @@ def judge(
             ", greedy-fallback warnings" if speculative else ""
         )
         verdict.check(not found, f"{label}: log free of {what}" + (f": {found}" if found else ""))
-        count = retractions(run.log)
-        verdict.check(count > 0, f"{label}: {count} requests retracted (SGLANG_TEST_RETRACT, small KV pool)")
+        if not plan.options_only:
+            count = retractions(run.log)
+            verdict.check(
+                count > 0, f"{label}: {count} requests retracted (SGLANG_TEST_RETRACT, small KV pool)"
+            )
     for phase, requests in plan.phases().items():
-        compare_phase(verdict, phase, requests, ddtree.answers[phase], plain.answers[phase], gaps)
-    stopped = sum(1 for r in plan.stops if r.stop is not None)
-    verdict.check(
-        stopped >= STOPPED // 2, f"stop: {stopped} requests carried a stop string from DDTREE's output"
-    )
-    cut = {r.name: ddtree.answers["mixed"][r.name] for r in plan.mixed if r.abort}
-    missed = {n: (a.finish, a.error, len(a.output_ids or [])) for n, a in cut.items() if not a.aborted}
-    verdict.check(
-        not missed,
-        f"mixed: {len(cut) - len(missed)}/{len(cut)} DDTREE requests aborted mid-stream"
-        + (f"; not cut: {missed}" if missed else ""),
-    )
-    refused = ddtree.refusal.error or ""
-    if is_ddtree:
+        # Forced retraction resets a request's penalizers (plain decoding's too) at server-specific points.
+        judged = phase != "options" or plan.options_only
+        compare_phase(verdict, phase, requests, ddtree.answers[phase], plain.answers[phase], gaps, judged)
+    if not plan.options_only:
+        stopped = sum(1 for r in plan.stops if r.stop is not None)
         verdict.check(
-            "HTTP 400" in refused and REFUSAL in refused, f"ddtree refuses frequency_penalty: {refused}"
+            stopped >= STOPPED // 2, f"stop: {stopped} requests carried a stop string from DDTREE's output"
         )
-    else:
-        verdict.lines.append(f"info {algorithm} answers frequency_penalty: {refused or 'HTTP 200'}")
+        cut = {r.name: ddtree.answers["mixed"][r.name] for r in plan.mixed if r.abort}
+        missed = {n: (a.finish, a.error, len(a.output_ids or [])) for n, a in cut.items() if not a.aborted}
+        verdict.check(
+            not missed,
+            f"mixed: {len(cut) - len(missed)}/{len(cut)} DDTREE requests aborted mid-stream"
+            + (f"; not cut: {missed}" if missed else ""),
+        )
+    refused = ddtree.refusal.error or "HTTP 200"
     verdict.check(
-        plain.refusal.error is None,
-        f"plain decoding serves frequency_penalty: {plain.refusal.error or 'HTTP 200'}",
+        refused.startswith("HTTP 400") and f"{algorithm} {REFUSAL}" in refused,
+        f"{algorithm.lower()} refuses a streamed custom_logit_processor before the stream: {refused[:160]}",
     )
-    accepts = [a.accept_length for a in ddtree.answers["long"].values() if a.accept_length is not None]
-    mean_accept = sum(accepts) / len(accepts) if accepts else 0.0
-    verdict.lines.append(f"info ddtree mean accept length (long phase): {mean_accept:.2f}")
+    for phase in ("long", "options"):
+        if phase not in ddtree.answers:
+            continue
+        accepts = [a.accept_length for a in ddtree.answers[phase].values() if a.accept_length is not None]
+        mean_accept = sum(accepts) / len(accepts) if accepts else 0.0
+        verdict.lines.append(
+            f"info {algorithm.lower()} mean accept length ({phase} phase): {mean_accept:.2f}"
+        )
     verdict.lines.append(
         f"info divergences: {len(verdict.noise)} bf16 noise (gap <= {NOISE_GAP}), "
         f"{len(verdict.bugs)} otherwise"
@@ -549,6 +620,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--noise", type=float, default=0.03, help="std of the target's attention/MLP weights")
     parser.add_argument("--seed", type=int, default=2121)
     parser.add_argument(
+        "--arch",
+        choices=smoke_models.ARCHES,
+        default="gqa",
+        help="the tiny target: gqa (Qwen3) or mla (Kimi K2.6's DeepSeek-V3 MLA + MoE)",
+    )
+    parser.add_argument(
         "--algorithm",
         choices=("DDTREE", "DFLASH"),
         default="DDTREE",
@@ -559,6 +636,11 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         help="DDTREE budget instead of the profile's (e.g. 4: block size 8 > budget + 1)",
     )
+    parser.add_argument(
+        "--options-only",
+        action="store_true",
+        help="only phase options and the refusal, without forced retraction (judged token for token)",
+    )
     parser.add_argument("--baseline-url", help="a plain-decoding server already up (needs --ddtree-url)")
     parser.add_argument("--ddtree-url", help="a DDTREE server already up (needs --baseline-url)")
     args = parser.parse_args(argv)
@@ -568,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     begin = time.monotonic()
     if not args.ddtree_url:
-        problem = smoke.gpu_problem(args.tp)
+        problem = smoke.gpu_problem(args.tp, args.arch)
         if problem:
             print(f"stress: cannot run here: {problem}")
             return 2
@@ -577,35 +659,48 @@ def main(argv: list[str] | None = None) -> int:
         profile,
         budget=args.budget or profile.budget,
         tp=args.tp,
+        arch=args.arch,
         launch_timeout_s=LAUNCH_TIMEOUT_S,
         extra_server_args=("--max-total-tokens", str(KV_POOL_TOKENS)),
     )
-    plan = Plan(args.seed, settings, args.tp)
+    plan = Plan(args.seed, settings, args.tp, options_only=args.options_only)
+    # --options-only: no forced retraction (it resets penalizers); the leak check stays.
+    server_env = {
+        k: v for k, v in STRESS_ENV.items() if not (args.options_only and k == "SGLANG_TEST_RETRACT")
+    }
     label = args.algorithm.lower()
     gaps: dict[GapKey, float | None] = {}
+    plain_without_options: dict[str, Answer] = {}
 
     def plain_work(
         client: Client, with_tokenizer: bool = True
     ) -> tuple[dict[str, dict[str, Answer]], Answer]:
         """The plan, then the gap at every divergence from DDTREE's outputs, while this server is up."""
         answers, refusal = plan.run(client, "plain", with_tokenizer)
+        by_name = {r.name: r for r in plan.options}
         for key, (prompt, prefix) in divergent_prefixes(plan.phases(), ddtree.answers, answers).items():
-            gaps[key] = divergence_gap(client, prompt, prefix)
+            if key[0] == "options":
+                gaps[key] = options_gap(client, by_name[key[1]], len(prefix))
+            else:
+                gaps[key] = divergence_gap(client, prompt, prefix)
+        # The option requests again without their options: do the options change plain decoding's output?
+        bare = [dataclasses.replace(r, options="") for r in plan.options]
+        plain_without_options.update(run_phase(client, "plain", "options-off", bare))
         return answers, refusal
 
     if args.ddtree_url:
         ddtree = ServerRun(*plan.run(Client(args.ddtree_url), label))
         plain = ServerRun(*plain_work(Client(args.baseline_url)))
     else:
-        os.environ.update(STRESS_ENV)  # both servers inherit it
+        os.environ.update(server_env)  # both servers inherit it
         work = Path(tempfile.mkdtemp(prefix="ddtree-stress-"))
         try:
             target, drafter = smoke_models.write_models(work / "models", settings)
             smoke_models.write_tokenizer(target)
             add_context_noise(target, args.noise, args.seed)
-            print(f"stress: tiny models in {work}, noise {args.noise}, TP {args.tp}, DDTREE block "
-                  f"{settings.block_size}, budget {settings.budget}, top-k {settings.topk}, window "
-                  f"{settings.window}, KV pool {KV_POOL_TOKENS}, env {STRESS_ENV}", flush=True)  # fmt: skip
+            print(f"stress: tiny {args.arch} models in {work}, noise {args.noise}, TP {args.tp}, DDTREE "
+                  f"block {settings.block_size}, budget {settings.budget}, top-k {settings.topk}, window "
+                  f"{settings.window}, KV pool {KV_POOL_TOKENS}, env {server_env}", flush=True)  # fmt: skip
             ddtree_args = smoke_server.mode_args(label, drafter, settings)
             ddtree = launched(label, ddtree_args, target, settings, out, lambda c, t: plan.run(c, label, t))
             # the plain server the same way: stop strings need a tokenizer on both sides
@@ -617,14 +712,25 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
     verdict = judge(plan, ddtree, plain, gaps, args.algorithm)
+    changed = [
+        r.name
+        for r in plan.options
+        if r.name in plain_without_options
+        and plain.answers["options"][r.name].output_ids != plain_without_options[r.name].output_ids
+    ]
+    verdict.lines.append(
+        f"info options change plain output in {len(changed)}/{len(plan.options)} requests: {changed}"
+    )
     print("\n".join(verdict.lines))
     summary = {
         "passed": verdict.ok,
         "tp": args.tp,
+        "arch": args.arch,
         "algorithm": args.algorithm,
         "noise": args.noise,
         "block_size": settings.block_size,
         "budget": settings.budget,
+        "options_only": args.options_only,
         "seconds": round(time.monotonic() - begin),
         "checks": verdict.lines,
         "noise_divergences": verdict.noise,

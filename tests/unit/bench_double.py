@@ -123,6 +123,7 @@ class _Handler(BaseHTTPRequestHandler):
     # -- routes --------------------------------------------------------------------------
     def do_GET(self) -> None:
         cfg = self.server.config
+        self.server.authorizations.append(self.headers.get("Authorization"))
         if self.path == "/health":  # SGLang's liveness route (selfcheck --live asks it first)
             send_body(self, 200, "text/plain", b"")
         elif self.path in ("/server_info", "/get_server_info"):
@@ -158,6 +159,7 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length) or b"{}")
         self.server.requests_seen.append((self.path, body))
+        self.server.authorizations.append(self.headers.get("Authorization"))
         if self.path == "/generate":
             self._generate(body)
         elif self.path in ("/v1/completions", "/v1/chat/completions"):
@@ -258,6 +260,7 @@ class _DoubleServer(ThreadingHTTPServer):
     request_queue_size = 128  # 64 concurrent connections must not be refused
     config: DoubleConfig
     requests_seen: list[tuple[str, dict[str, Any]]]
+    authorizations: list[str | None]  # each request's Authorization header (None when absent)
     emissions: list[dict[str, Any]]
     stopped: threading.Event
 
@@ -276,6 +279,7 @@ def serve(config: DoubleConfig | None = None) -> Iterator[tuple[str, _DoubleServ
     server = _DoubleServer(("127.0.0.1", 0), _Handler)
     server.config = config or DoubleConfig()
     server.requests_seen = []
+    server.authorizations = []
     server.emissions = []
     server.stopped = threading.Event()
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)

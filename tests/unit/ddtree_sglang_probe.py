@@ -11,6 +11,7 @@ import contextlib
 import copy
 import io
 import json
+import os
 import socket
 import sys
 import traceback
@@ -543,11 +544,32 @@ def _request_facts() -> dict:
     req = types.SimpleNamespace(sampling_params=SamplingParams(), custom_logit_processor='{"callable": "x"}')
     out["custom_logit_processor"] = ddtree.validate_request(req)
     out["dflash_has_no_extra_check"] = getattr(SpeculativeAlgorithm.DFLASH, "validate_request", None) is None
+    from sglang.srt.speculative.dflash_utils import validate_dflash_request
+
+    dflash_req = types.SimpleNamespace(
+        sampling_params=SamplingParams(frequency_penalty=0.5, min_new_tokens=3),
+        custom_logit_processor='{"callable": "x"}',
+        return_logprob=False,
+    )
+    out["dflash_custom_logit_processor"] = validate_dflash_request(dflash_req)
+    dflash_req.custom_logit_processor = None
+    out["dflash_penalties"] = validate_dflash_request(dflash_req)
+    from sglang.srt.speculative.tree_penalties import custom_logit_processor_refusal
+
+    # What the tokenizer manager and /generate (streams, before the HTTP 200) ask of a GenerateReqInput field.
+    processor = '{"callable": "x"}'
+    out["refusal"] = {
+        "ddtree": custom_logit_processor_refusal(processor, "DDTREE"),
+        "dflash_batch": custom_logit_processor_refusal([None, processor], "DFLASH"),
+        "batch_without": custom_logit_processor_refusal([None, None], "DDTREE"),
+        "plain": custom_logit_processor_refusal(processor, None),
+        "eagle": custom_logit_processor_refusal(processor, "EAGLE"),
+    }
     return out
 
 
 def _batch_invariant_facts() -> dict:
-    """The worker's last line of defence: a verify batch with penalties or a custom logit processor."""
+    """The worker's last line of defence: a verify batch with a custom logit processor (penalties: served)."""
     from sglang.srt.speculative.ddtree_worker import unsupported_sampling_in_batch
 
     def info(required: bool, custom: bool):
@@ -904,6 +926,9 @@ def main() -> None:
         _init_single_process_groups(args)
         facts["cuda_graph"] = _cuda_graph_facts(args)
         facts["verify"] = _verify_facts()
+        os.environ["SGLANG_DFLASH_FAST_STEP"] = "0"  # patch 0008's switch: the device-mask keep path
+        facts["verify_device_masks"] = _verify_facts()
+        os.environ.pop("SGLANG_DFLASH_FAST_STEP")
         facts["prepare"] = _prepare_facts()
         facts["sampling"] = _sampling_facts()
         facts["topk"] = _topk_facts()

@@ -40,7 +40,13 @@ def main() -> None:
     ready = server_flags.available()
     print(json.dumps({"ready": ready}), flush=True)
     for line in sys.stdin:
-        extra = json.loads(line)["extra"]
+        request = json.loads(line)
+        if request.get("prefixes"):  # SGLang's options that are strict prefixes of what the fallback reads
+            options = server_flags.sglang_parser()._option_string_actions
+            found = sorted({o for o in options for c in serve.FALLBACK_CHECKED if c.startswith(o) and o != c})
+            print(json.dumps({"prefixes": found}), flush=True)
+            continue
+        extra = request["extra"]
         print(json.dumps({"sglang": outcome(extra, False), "tokens": outcome(extra, True)}), flush=True)
 
 

@@ -39,6 +39,7 @@ from ddtree_build.paths import CACHE_DIR, PATCHES_DIR, REPO_ROOT
 REQUIREMENTS = REPO_ROOT / "requirements" / "sglang-cpu-test.txt"
 PROBE = Path(__file__).with_name("ddtree_sglang_probe.py")
 ENV_ROOT = CACHE_DIR / "sglang-cpu"
+KEEP_PATCHED_TREES = 4  # patched trees of other series digests kept beside the current one
 TORCHVISION_STUB = '''"""CPU test stub of torchvision (see tests/unit/test_ddtree_sglang.py).
 
 PyPI's torchvision wheels link the CUDA torch libraries; sglang and transformers only touch torchvision names
@@ -152,10 +153,12 @@ def _build_patched(deps: Path, folder: Path) -> None:
     )  # fmt: skip
     if done.returncode != 0:
         pytest.fail(f"applying the patch series to the CPU sglang failed:\n{done.stdout}\n{done.stderr}")
-    for old in folder.parent.glob("patched-*"):
-        if old not in (folder, scratch):
-            shutil.rmtree(old, ignore_errors=True)
     os.replace(scratch, folder)
+    # Keep a few recent trees besides this one: checkouts of other branches (worktrees sharing .cache) may be
+    # using theirs right now; older ones go.
+    others = [p for p in folder.parent.glob("patched-*") if p != folder and not p.name.endswith(".partial")]
+    for old in sorted(others, key=lambda p: p.stat().st_mtime, reverse=True)[KEEP_PATCHED_TREES:]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -300,6 +303,12 @@ def test_verify_keeps_only_the_accepted_chain(facts: dict) -> None:
     assert v["seq_lens"] == [7, 7] and v["seq_lens_sum"] == 14 and v["kv_committed"] == [3, 1]
 
 
+def test_verify_keeps_the_same_chain_by_host_indices_and_by_device_masks(facts: dict) -> None:
+    """Patch 0008's host-built keep/free indices (the default) and the device-mask path it replaces
+    (SGLANG_DFLASH_FAST_STEP=0) give the same KV, hidden rows and lengths."""
+    assert facts["verify"] == facts["verify_device_masks"]
+
+
 def test_prepare_for_verify_allocates_n_slots_and_the_tree_mask(facts: dict) -> None:
     """Real token allocator (CPU); request 0 sits in req_to_token row 1 and request 1 in row 0."""
     p = facts["prepare"]
@@ -347,30 +356,41 @@ def test_drafter_path_is_required(facts: dict) -> None:
     assert got.get("error") == "ValueError" and "--speculative-draft-model-path" in got["message"], got
 
 
-def test_requests_that_tree_verification_cannot_serve_like_plain_decoding_are_refused(facts: dict) -> None:
-    """Penalties, min_new_tokens and custom logit processors: a one-line 400 from the scheduler's check."""
+def test_only_custom_logit_processors_are_refused_under_ddtree_and_dflash(facts: dict) -> None:
+    """Penalties, min_new_tokens, logit bias and stops are served per tree row (patch ddtree-request-options);
+    a custom logit processor is a one-line 400 from the scheduler's check, under DDTREE and DFLASH alike."""
     r = facts["requests"]
-    assert r["plain"] is None and r["greedy_logit_bias"] is None, (
-        "sampling, stop strings, logit bias are served"
-    )
-    for case, needle in (
-        ("frequency", "frequency_penalty=0.5"),
-        ("presence", "presence_penalty=-0.3"),
-        ("repetition", "repetition_penalty=1.2"),
-        ("min_new_tokens", "min_new_tokens=4"),
-        ("custom_logit_processor", "custom_logit_processor"),
+    for case in (
+        "plain",
+        "greedy_logit_bias",
+        "frequency",
+        "presence",
+        "repetition",
+        "min_new_tokens",
+        "several",
     ):
+        assert r[case] is None, (case, r[case])
+    for case, mode in (("custom_logit_processor", "DDTREE"), ("dflash_custom_logit_processor", "DFLASH")):
         message = r[case]
-        assert message and message.startswith("DDTREE speculative decoding does not support"), (case, message)
-        assert needle in message and "\n" not in message, message
-    assert "frequency_penalty=0.1, min_new_tokens=2" in r["several"]
-    assert r["dflash_has_no_extra_check"], "the scheduler hook must leave plain DFLASH unchanged"
+        assert message and message.startswith(f"{mode} speculative decoding does not support"), (
+            case,
+            message,
+        )
+        assert "custom_logit_processor" in message and "\n" not in message, message
+    assert r["dflash_penalties"] is None
+    front = r["refusal"]
+    assert front["ddtree"] and front["ddtree"].startswith("DDTREE speculative decoding does not support"), (
+        front
+    )
+    assert front["dflash_batch"] and front["dflash_batch"].startswith("DFLASH"), front
+    assert front["batch_without"] is None and front["plain"] is None and front["eagle"] is None, front
+    assert r["dflash_has_no_extra_check"], "the scheduler hook must leave plain DFLASH's enum unchanged"
 
 
-def test_verify_batch_with_penalties_is_an_invariant_error(facts: dict) -> None:
+def test_verify_batch_with_a_custom_logit_processor_is_an_invariant_error(facts: dict) -> None:
     b = facts["batch_invariant"]
     assert b["clean"] is None and b["none"] is None
-    assert b["penalties"] == "penalties or min_new_tokens" and b["custom"] == "a custom logit processor"
+    assert b["penalties"] is None and b["custom"] == "a custom logit processor"
 
 
 def test_sliding_window_targets_are_refused_at_start(facts: dict) -> None:

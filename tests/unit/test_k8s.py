@@ -99,7 +99,7 @@ def test_the_validator_rejects_what_the_schema_does_not_allow() -> None:
 
 
 def test_no_secret_in_any_manifest() -> None:
-    """API key and HF token come from the Secret ddtree-secrets, created by hand; no manifest holds one."""
+    """The API key comes from the Secret ddtree-secrets (made by hand): no manifest holds one; no HF token."""
     for path in sorted(K8S.rglob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             assert not doc or doc.get("kind") != "Secret", path
@@ -110,7 +110,7 @@ def test_no_secret_in_any_manifest() -> None:
             assert ref == {"name": "ddtree-secrets", "key": "api-key", "optional": True}
             assert "value" not in env["DDTREE_API_KEY"]
         env = {e["name"]: e for e in container(overlay, "StatefulSet", "ddtree")["env"]}
-        assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "hf-token"
+        assert "HF_TOKEN" not in env  # the replicas load mounted weights: no process there needs it
 
 
 # ---------------------------------------------------------------- replicas
@@ -164,7 +164,7 @@ def test_replica_image_and_environment_equal_the_compose_service(overlay: str) -
     # compose's defaults (DDTREE_TARGET=${DDTREE_TARGET:-pro6000}: auto is an opt-in there; k8s pins it)
     assert literal == {k: with_defaults(str(v)) for k, v in service["environment"].items()}
     from_secrets = {e["name"] for e in spec["env"] if "valueFrom" in e}
-    assert from_secrets == {"DDTREE_API_KEY", "HF_TOKEN"}
+    assert from_secrets == {"DDTREE_API_KEY"}
 
 
 # ---------------------------------------------------------------- router

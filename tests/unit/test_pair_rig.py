@@ -383,3 +383,50 @@ def test_greedy_verdict_passes_near_ties_and_fails_a_wide_gap_or_an_unjudged_dif
     ok, lines = summarize.greedy_verdict(unjudged)
     assert not ok and any("run summarize with --pair" in line for line in lines)
     assert "greedy: none: identical to no speculation in 32 of 32 requests" in lines
+
+
+def test_unprofiled_step_time_is_the_decode_time_over_the_full_requests_steps(monkeypatch) -> None:
+    """A client double whose server takes 2 ms to prefill and 3 ms per verify step of 4 tokens."""
+    from benchmarks.pair import profile_step
+
+    class Clock:
+        now = 0.0
+
+    class Client:
+        def post_json(self, route: str, body: dict) -> dict:
+            new = body["sampling_params"]["max_new_tokens"]
+            steps = 0 if new == 1 else (new - 1 + 3) // 4
+            Clock.now += 0.002 + 0.003 * steps
+            return {"meta_info": {"completion_tokens": new, "spec_verify_ct": steps}}
+
+    monkeypatch.setattr(profile_step.time, "perf_counter", lambda: Clock.now)
+    got = profile_step.unprofiled_step_ms(Client(), [1, 2, 3], {"max_new_tokens": 257, "temperature": 0.0})
+    assert got["unprofiled_step_ms"] == 3.0 and got["tokens_per_step"] == 4.016
+    assert got["unprofiled_tok_s"] == round(256 / 0.192, 1)
+
+
+def test_upstream_modes_serve_with_the_fast_step_off_and_the_same_settings(monkeypatch) -> None:
+    from benchmarks.pair import serve_bench
+
+    monkeypatch.delenv("SGLANG_DFLASH_FAST_STEP", raising=False)
+    assert serve_bench.server_settings("ddtree-16@upstream") == serve_bench.server_settings("ddtree-16")
+    with serve_bench.step_environment("dflash@upstream"):
+        assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "0"
+    with serve_bench.step_environment("dflash"):
+        assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "1"
+    assert "SGLANG_DFLASH_FAST_STEP" not in os.environ
+
+
+def test_concurrent_figure_counts_every_requests_tokens_and_keeps_the_first_output(monkeypatch) -> None:
+    from benchmarks.pair import profile_step
+
+    ticks = iter([10.0, 10.5])
+    monkeypatch.setattr(profile_step.time, "perf_counter", lambda: next(ticks))
+
+    class Client:
+        def post_json(self, route: str, body: dict) -> dict:
+            n = len(body["input_ids"])
+            return {"output_ids": [n, n + 1], "meta_info": {"completion_tokens": 10 * n}}
+
+    got = profile_step.concurrent_tok_s(Client(), [[1], [1, 2], [1, 2, 3]], {"max_new_tokens": 2})
+    assert got == {"aggregate_tok_s_c3": 120.0, "greedy_output": [1, 2]}

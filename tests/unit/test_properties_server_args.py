@@ -148,6 +148,17 @@ def test_out_of_range_in_any_spelling_is_refused(driver: Driver, extra: list[str
         assert result["code"] == 2 and expected in result["error"], result
 
 
+def test_the_fallback_knows_every_option_that_is_a_prefix_of_one_it_reads(driver: Driver) -> None:
+    """A real option that is a strict prefix of a read one (`--model` of `--model-path`) must be an alias the
+    fallback resolves, or the fallback would refuse it as an abbreviation."""
+    driver.proc.stdin.write(json.dumps({"prefixes": True}) + "\n")  # type: ignore[union-attr]
+    driver.proc.stdin.flush()  # type: ignore[union-attr]
+    found = json.loads(driver.proc.stdout.readline())["prefixes"]  # type: ignore[union-attr]
+    from ddtree import server_flags
+
+    assert found and set(found) <= set(server_flags.ALIASES), found
+
+
 def test_the_fallback_refuses_abbreviations_it_cannot_resolve(driver: Driver) -> None:
     result = driver.ask(["--po", "0"])["tokens"]
     assert result["code"] == 2 and "--po abbreviates --port" in result["error"], result

@@ -3,6 +3,9 @@ verified by `ddtree receipt verify`: round trip, tampering, a missing or failed 
 
 The image's labels come from a labels file (DDTREE_IMAGE_LABELS), as inside the image; `--image REF`'s
 `docker image inspect` is replaced by a function returning labels (no engine in the unit tier: a mock).
+The server's own identity is the real `image_identity.served()` over a baked labels file and tree identity
+written into tmp_path (what the build bakes), reported in the stand-in's /server_info as the patch
+ddtree-served-identity makes SGLang report it.
 """
 
 from __future__ import annotations
@@ -12,13 +15,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from ddtree import image_identity, receipt
+from ddtree import image_identity, receipt, tree_identity
 from ddtree.bench.compare import compare
 from ddtree.cli import main
 from ddtree.errors import UserError
 
 from tests.unit.bench_double import DoubleConfig, serve
-from tests.unit.test_live import Behaviour, fake_server
+from tests.unit.test_live import GOOD_INFO, Behaviour, fake_server
 
 REPO = Path(__file__).resolve().parents[2]
 LABELS = {
@@ -37,6 +40,11 @@ def image_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     labels = tmp_path / "image-labels.json"
     labels.write_text(json.dumps(LABELS))
     monkeypatch.setenv("DDTREE_IMAGE_LABELS", str(labels))
+    # What the image bakes, where the server reads it: the labels and the build's tree digest.
+    tree = tmp_path / "tree-identity.json"
+    tree.write_text(json.dumps({"digest": "c" * 64}))
+    monkeypatch.setattr(image_identity, "LABEL_FILES", (labels,))
+    monkeypatch.setattr(tree_identity, "IDENTITY_FILE", tree)
     # an env/ of its own (the live reference, no weights lock): the checkout's cannot leak in
     (tmp_path / "env" / "reference").mkdir(parents=True)
     shutil.copy(REPO / "env" / "reference" / "results.yaml", tmp_path / "env" / "reference")
@@ -44,10 +52,17 @@ def image_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return labels
 
 
+def served(measured: str = "c" * 64) -> dict:
+    """The server's /server_info ddtree_image: the real image_identity.served() over the baked files."""
+    identity = image_identity.served({image_identity.SERVED_TREE_ENV: measured})
+    assert identity is not None
+    return identity
+
+
 @pytest.fixture
 def live_receipt(image_env: Path, tmp_path: Path, capsys) -> Path:
     path = tmp_path / "receipt-live.json"
-    with fake_server(Behaviour()) as url:
+    with fake_server(Behaviour(server_info={**GOOD_INFO, "ddtree_image": served()})) as url:
         code = main(["selfcheck", "--live", url, "--max-tokens", "32", "--runs", "2", "--receipt", str(path)])
     printed = capsys.readouterr()
     assert code == 0 and path.is_file(), printed.out + printed.err
@@ -63,7 +78,9 @@ def test_live_receipt_round_trip(live_receipt: Path, image_env: Path, capsys) ->
     document = json.loads(live_receipt.read_text())
     assert document["schema"] == receipt.SCHEMA and document["kind"] == "live"
     assert document["verdict"] == "REPRODUCED"
-    assert document["image"]["key"] == image_identity.identity_key(LABELS)
+    assert document["image"]["key"] == image_identity.identity_key(LABELS, with_tree=False)
+    assert document["served_image"]["key"] == document["image"]["key"]
+    assert document["served_image"]["tree_sha256_measured"] == "c" * 64
     assert document["image"]["tree_sha256"] == "c" * 64 and document["image"]["weights_lock"] is None
     assert document["server"]["speculative"]["speculative_ddtree_topk"] == 4
     assert document["figures"]["spread"]["decode_tok_s"]["n"] == 2
@@ -98,7 +115,7 @@ def test_receipt_from_another_image_rejected(live_receipt: Path, tmp_path: Path,
     )
     code, out = verify(capsys, str(live_receipt), "--labels", str(other))
     assert code == 1
-    assert "REJECTED: image: made by image" in out and "(labels differ: io.ddtree.tree.sha256)" in out
+    assert "REJECTED: image: the server's tree cccccccccccc is not the expected image's eeeeeeeeeeee" in out
 
 
 def test_image_ref_through_docker_inspect(
@@ -121,19 +138,19 @@ def test_missing_or_failed_required_check_rejected(live_receipt: Path) -> None:
     failed = json.loads(json.dumps(document))
     next(c for c in failed["checks"] if c["name"] == "decode_tok_s")["status"] = "fail"
     failed["digest"] = receipt.content_digest(failed)
-    assert receipt.problems(failed)[0].startswith("checks: required check 'decode_tok_s' is fail")
+    assert receipt.problems(failed)[0].startswith("checks: check 'decode_tok_s' is fail")
 
 
 def test_degraded_live_run_gives_a_receipt_verify_rejects(image_env: Path, tmp_path: Path, capsys) -> None:
     path = tmp_path / "slow.json"
-    with fake_server(Behaviour(tok_s=50.0)) as url:
+    with fake_server(Behaviour(tok_s=50.0, server_info={**GOOD_INFO, "ddtree_image": served()})) as url:
         assert (
             main(["selfcheck", "--live", url, "--max-tokens", "32", "--runs", "1", "--receipt", str(path)])
             == 1
         )
     capsys.readouterr()
     code, out = verify(capsys, str(path))
-    assert code == 1 and "REJECTED: checks: required check 'decode_tok_s' is fail" in out
+    assert code == 1 and "REJECTED: checks: check 'decode_tok_s' is fail" in out
 
 
 def test_weights_lock_recorded_when_present(image_env: Path, tmp_path: Path) -> None:
@@ -153,7 +170,8 @@ def test_not_a_receipt(tmp_path: Path) -> None:
 def test_bench_receipt_verifies_and_compare_accepts_it(image_env: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"
     argv = ["bench", "--contexts", "60", "--concurrency", "1", "--max-tokens", "16", "--repeats", "2"]
-    with serve(DoubleConfig(ttft_s=0.01, chunk_interval_s=0.002)) as (url, _):
+    config = DoubleConfig(ttft_s=0.01, chunk_interval_s=0.002, extra_server_info={"ddtree_image": served()})
+    with serve(config) as (url, _):
         assert main([*argv, "--url", url, "--out", str(out), "--no-plots", "--quiet"]) == 0
     capsys.readouterr()
     code, printed = verify(capsys, str(out / "receipt.json"))

@@ -249,10 +249,10 @@ def test_router_command_from_replica_urls() -> None:
     argv = router_cmd.router_command(
         {"DDTREE_REPLICAS": "http://gpu-1:30000, http://gpu-2:30000", "DDTREE_API_KEY": "k"}, ["--x", "1"]
     )
-    assert argv[1:3] == ["-m", "sglang_router.launch_router"]
+    assert argv[1:3] == ["-m", "ddtree.router_launch"]  # sglang-router's launcher, the key from a memfd
     assert argv[argv.index("--worker-urls") + 1 :][:2] == ["http://gpu-1:30000", "http://gpu-2:30000"]
     assert argv[argv.index("--policy") + 1] == "cache_aware"
-    assert argv[argv.index("--api-key") + 1] == "k"
+    assert "--api-key" not in argv and "k" not in argv  # never on the router's command line
     assert argv[argv.index("--worker-startup-timeout-secs") + 1] == "3600"
     assert argv[-2:] == ["--x", "1"]  # arguments after -- come last
 
@@ -290,14 +290,15 @@ def test_router_command_refuses_bad_settings_in_one_line(environ: dict[str, str]
     assert err.value.exit_code == 2
 
 
-def test_router_dry_run_masks_the_api_key(tmp_path: Path) -> None:
+def test_router_dry_run_keeps_the_api_key_off_the_command(tmp_path: Path) -> None:
     env = _env(tmp_path, DDTREE_REPLICAS="http://127.0.0.1:1", DDTREE_API_KEY="sk-secret-value")
     done = subprocess.run(
         [sys.executable, "-m", "ddtree.cli", "router", "--dry-run"],
         capture_output=True, text=True, timeout=60, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "sk-secret-value" not in done.stdout and "--api-key ****" in done.stdout
+    assert "sk-secret-value" not in done.stdout and "--api-key" not in done.stdout
+    assert "API key: handed to the router in memory" in done.stdout
     assert "--worker-urls http://127.0.0.1:1" in done.stdout
 
 

@@ -11,7 +11,12 @@ over every process, /proc/PID/environ) and every line it and `ddtree serve` logg
   module is launch_server; everything else is the real patched sglang 0.5.13.post1 on CPU (built by
   test_ddtree_sglang's fixture). It calls the real `prepare_server_args` (the real --config parsing, through
   the memfd link) and logs `f"{server_args=}"` with SGLang's logger exactly as engine.py:787 does at
-  start-up, so the log line is the one SGLang would print; then it runs the patched /server_info handler.
+  start-up, so the log line is the one SGLang would print; then the real patched scheduler's
+  get/set_internal_state (on a stand-in scheduler with no model), the /server_info handler and the
+  tokenizer manager's request dump. The user key, the admin key (from a `--config=PATH` file), the SSL
+  key password and an HF token are searched in argv, environments, logs, answers and the dump file.
+- The spelling tests: abbreviations of secret options and of --config are refused (checked against the
+  real parser's option list), `--config=PATH` is read like `--config PATH`.
 """
 
 from __future__ import annotations
@@ -26,12 +31,17 @@ import time
 from pathlib import Path
 
 import pytest
+from ddtree import image_identity, receipt, serve
+from ddtree.bench.serverinfo import server_settings
+from ddtree.errors import UserError
 
 from tests.unit.test_ddtree_sglang import TINY_TARGET, sglang_cpu_path  # noqa: F401 (a pytest fixture)
 from tests.unit.test_serve import PROFILE
 
 API_KEY = "sk-live-0123456789abcdefSECRET"
 ADMIN_KEY = "adm1n-S3CRET-value"
+PW = "ssl-pass-0123456789PW"
+HF_TOKEN = "hf_TokenValue0123456789abcdef"
 REPO = Path(__file__).resolve().parents[2]
 
 STAND_IN = '''\
@@ -61,28 +71,69 @@ exec(compile(open(_init).read(), _init, "exec"))
 
 REAL_LAUNCH = '''\
 """STAND-IN launch_server over the real sglang: the real prepare_server_args, then engine.py's log line,
-then the real (patched) /server_info handler, compiled from http_server.py's source on its own (importing
-that module needs uvloop) with a stand-in tokenizer manager holding the real ServerArgs."""
-import ast, asyncio, dataclasses, hashlib, json, logging, os, signal, sys, time, types
+then the real (patched) scheduler's get_internal_state and set_internal_state (on a stand-in scheduler:
+no model), the real /server_info handler and the real tokenizer manager's request dump, each compiled from
+its module's source on its own (importing http_server or tokenizer_manager needs uvloop) with stand-ins for
+what they read besides the real ServerArgs."""
+import ast, asyncio, dataclasses, hashlib, json, logging, os, pickle, signal, sys, time, types
 import sglang
-from sglang.srt.server_args import prepare_server_args
+from sglang.srt import server_args as sa
+from sglang.srt.managers.scheduler import Scheduler
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-server_args = prepare_server_args(sys.argv[1:])
+server_args = sa.prepare_server_args(sys.argv[1:])
 logging.getLogger("sglang.srt.entrypoints.engine").info(f"{server_args=}")
-for name in ("api_key", "admin_api_key"):
+for name in ("api_key", "admin_api_key", "ssl_keyfile_password"):
     print(name, "sha256", hashlib.sha256(str(getattr(server_args, name)).encode()).hexdigest(), flush=True)
-source = os.path.join(sglang.__path__[-1], "srt", "entrypoints", "http_server.py")
-tree = ast.parse(open(source).read())
-handler = next(n for n in tree.body if isinstance(n, ast.AsyncFunctionDef) and n.name == "server_info")
-handler.decorator_list = []
-async def no_states():
-    return []
-manager = types.SimpleNamespace(server_args=server_args, get_internal_state=no_states)
-scope = {"dataclasses": dataclasses, "List": list, "Dict": dict, "Any": object, "__version__": "test",
-         "_global_state": types.SimpleNamespace(tokenizer_manager=manager, scheduler_info={})}
-exec(compile(ast.Module(body=[handler], type_ignores=[]), source, "exec"), scope)
-info = asyncio.run(scope["server_info"]())
-print("SERVER_INFO", json.dumps(info, default=str), flush=True)
+sa.set_global_server_args_for_scheduler(server_args)
+NS = types.SimpleNamespace
+runner = NS(weight_load_mem_usage=1.0, graph_mem_usage=0.5)
+scheduler = NS(
+    metrics_reporter=NS(last_gen_throughput=0.0, spec_total_num_forward_ct=0, spec_total_num_accept_tokens=0),
+    tp_worker=NS(model_runner=runner), max_total_num_tokens=4096, max_running_requests=8,
+    token_to_kv_pool_allocator=NS(get_kvcache=lambda: NS(mem_usage=0.25)), ps=NS(pp_size=1),
+    spec_algorithm=NS(is_none=lambda: True),
+)
+state = Scheduler.get_internal_state(scheduler, None).internal_state
+answer = Scheduler.set_internal_state(scheduler, NS(server_args={"pp_max_micro_batch_size": 1}))
+print("SET_INTERNAL_STATE", json.dumps(answer.server_args, default=str), flush=True)
+srt = os.path.join(sglang.__path__[-1], "srt")
+
+def compiled(module, name, scope):
+    source = os.path.join(srt, *module.split("/"))
+    tree = ast.parse(open(source).read())
+    node = next(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and n.name == name)
+    node.decorator_list = []
+    exec(compile(ast.Module(body=[node], type_ignores=[]), source, "exec"), scope)
+    return scope[name]
+
+async def states():
+    return [state]
+manager = NS(server_args=server_args, get_internal_state=states)
+from ddtree import image_identity  # the stand-in's image: the labels file the test wrote
+image_identity.LABEL_FILES = (__import__("pathlib").Path(os.environ["TEST_IMAGE_LABELS"]),)
+try:
+    ddtree_image = compiled("entrypoints/http_server.py", "_ddtree_image", {})
+except StopIteration:  # a series without the patch ddtree-served-identity
+    ddtree_image = lambda: None
+server_info = compiled("entrypoints/http_server.py", "server_info", {
+    "_ddtree_image": ddtree_image,
+    "dataclasses": dataclasses, "List": list, "Dict": dict, "Any": object, "__version__": "test",
+    "without_secret_args": getattr(sa, "without_secret_args", lambda d: d),
+    "_global_state": NS(tokenizer_manager=manager, scheduler_info={})})
+print("SERVER_INFO", json.dumps(asyncio.run(server_info()), default=str), flush=True)
+dump = compiled("managers/tokenizer_manager.py", "_dump_data_to_file", {
+    "logging": logging, "logger": logging.getLogger("dump"), "os": os, "pickle": pickle,
+    "asyncio": asyncio, "List": list, "Tuple": tuple,
+    "secret_free_server_args": getattr(sa, "secret_free_server_args", lambda s: s)})
+dump_path = os.environ["DUMP_FILE"]
+
+async def write_dump():
+    dump(NS(server_args=server_args), [], dump_path, "dumping requests")
+    while not os.path.exists(dump_path) or not os.path.getsize(dump_path):
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.2)
+asyncio.run(write_dump())
 print("READY", os.getpid(), flush=True)
 time.sleep(120)
 '''
@@ -118,9 +169,11 @@ def _serve_env(tmp_path: Path, pythonpath: list[str], extra_args: str) -> dict[s
     return env
 
 
-def _run_until_ready(env: dict[str, str], timeout: float) -> tuple[subprocess.Popen[str], list[str]]:
+def _run_until_ready(
+    env: dict[str, str], timeout: float, after: tuple[str, ...] = ("--admin-api-key", ADMIN_KEY)
+) -> tuple[subprocess.Popen[str], list[str]]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ddtree.cli", "serve", "--", "--admin-api-key", ADMIN_KEY],
+        [sys.executable, "-m", "ddtree.cli", "serve", "--", *after],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -141,14 +194,16 @@ def _run_until_ready(env: dict[str, str], timeout: float) -> tuple[subprocess.Po
     pytest.fail("the server stand-in never became ready:\n" + "\n".join(seen[-40:]))
 
 
-def _assert_no_secret_anywhere(proc: subprocess.Popen[str], log: list[str]) -> None:
+def _assert_no_secret_anywhere(
+    proc: subprocess.Popen[str], log: list[str], secrets: tuple[str, ...] = (API_KEY, ADMIN_KEY)
+) -> None:
     """argv (/proc and ps, every process), the server's environment and every log line."""
     cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode()
     assert "sglang.launch_server" in cmdline and "--config" in cmdline  # it is the server, after exec
     environ = Path(f"/proc/{proc.pid}/environ").read_bytes().decode(errors="replace")
     ps = subprocess.run(["ps", "-eo", "pid,args", "--width", "100000"], capture_output=True, text=True)
     assert str(proc.pid) in ps.stdout
-    for secret in (API_KEY, ADMIN_KEY):
+    for secret in secrets:
         assert secret not in cmdline
         assert secret not in ps.stdout
         assert secret not in environ
@@ -168,7 +223,7 @@ def test_api_key_never_on_a_command_line(tmp_path: Path) -> None:
     (fake / "sglang" / "__init__.py").write_text("")
     (fake / "sglang" / "launch_server.py").write_text(STAND_IN)
     env = _serve_env(tmp_path, [str(fake)], "--log-level info")
-    proc, log = _run_until_ready(env, timeout=30)
+    proc, log = _run_until_ready(env, timeout=120)  # a loaded 2-core machine
     try:
         assert f"api-key sha256 {_sha(API_KEY)}" in log  # the server got the key from the file
         assert f"admin-api-key sha256 {_sha(ADMIN_KEY)}" in log  # and the one given after --
@@ -187,7 +242,10 @@ def test_real_sglang_reads_the_keys_and_does_not_log_them(
     tmp_path: Path,
     sglang_cpu_path: str,  # noqa: F811
 ) -> None:
-
+    """The user key from DDTREE_API_KEY_FILE, the admin key from a `--config=PATH` file (SGLang drops a
+    file given that way unless serve rewrites it), the SSL key password after `--`, an HF token in the
+    environment: the real SGLang gets each value, and none is in argv, environments, logs, /server_info
+    (top level and internal_states), set_internal_state's answer or the request dump."""
     models = tmp_path / "models"
     (models / "target").mkdir(parents=True)
     (models / "target" / "config.json").write_text(json.dumps(TINY_TARGET))
@@ -200,21 +258,127 @@ def test_real_sglang_reads_the_keys_and_does_not_log_them(
     (shim / "sglang").mkdir(parents=True)
     (shim / "sglang" / "__init__.py").write_text(SHIM_INIT)
     (shim / "sglang" / "launch_server.py").write_text(REAL_LAUNCH)
+    user_config = tmp_path / "user.yaml"
+    user_config.write_text(f"admin-api-key: {ADMIN_KEY}\n")
+    for name in ("key.pem", "cert.pem"):  # SGLang wants both files for a key password (read at serving only)
+        (tmp_path / name).write_text("not read before the server starts serving\n")
     extra = (
         f"--model-path {models / 'target'} --speculative-draft-model-path {models / 'drafter'} "
-        "--skip-tokenizer-init --device cpu --tp 1 --attention-backend triton --log-level info"
+        f"--skip-tokenizer-init --device cpu --tp 1 --attention-backend triton --log-level info "
+        f"--ssl-keyfile {tmp_path / 'key.pem'} --ssl-certfile {tmp_path / 'cert.pem'} --config={user_config}"
     )
     env = _serve_env(tmp_path, [str(shim), *sglang_cpu_path.split(os.pathsep)], extra)
-    proc, log = _run_until_ready(env, timeout=600)
+    dump_file = tmp_path / "dumps" / "requests.pkl"
+    labels = {"io.ddtree.target": "pro6000", "io.ddtree.tree.sha256": "c" * 64}
+    (tmp_path / "image-labels.json").write_text(json.dumps(labels))
+    env.update(HF_TOKEN=HF_TOKEN, DUMP_FILE=str(dump_file), DDTREE_SERVED_TREE_SHA256="d" * 64)
+    env["TEST_IMAGE_LABELS"] = str(tmp_path / "image-labels.json")
+    secrets = (API_KEY, ADMIN_KEY, PW, HF_TOKEN)
+    proc, log = _run_until_ready(env, timeout=600, after=("--ssl-keyfile-password", PW))
     try:
         assert f"api_key sha256 {_sha(API_KEY)}" in log  # real SGLang parsed the in-memory --config
-        assert f"admin_api_key sha256 {_sha(ADMIN_KEY)}" in log
+        assert f"admin_api_key sha256 {_sha(ADMIN_KEY)}" in log  # and the user's --config=PATH file
+        assert f"ssl_keyfile_password sha256 {_sha(PW)}" in log
         logged = [line for line in log if "server_args=ServerArgs(" in line]
         assert logged, log[-20:]  # SGLang's own start-up log line ran
-        assert "api_key" not in logged[0] and "port=" in logged[0]
+        assert "api_key" not in logged[0] and "ssl_keyfile_password" not in logged[0] and "port=" in logged[0]
         served = json.loads(next(line for line in log if line.startswith("SERVER_INFO ")).split(" ", 1)[1])
-        assert "api_key" not in served and "admin_api_key" not in served and served["tp_size"] == 1
-        _assert_no_secret_anywhere(proc, log)
+        assert served["tp_size"] == 1 and served["internal_states"][0]["tp_size"] == 1
+        # patch ddtree-served-identity: the server names its image and the tree serve measured
+        assert served["ddtree_image"]["key"] == image_identity.identity_key(labels, with_tree=False)
+        assert served["ddtree_image"]["tree_sha256_measured"] == "d" * 64
+        answer = json.loads(next(ln for ln in log if ln.startswith("SET_INTERNAL_STATE ")).split(" ", 1)[1])
+        assert answer["pp_max_micro_batch_size"] == 1
+        for name in ("api_key", "admin_api_key", "ssl_keyfile_password"):
+            assert name not in served and name not in served["internal_states"][0] and name not in answer
+        assert dump_file.stat().st_size > 0
+        # a receipt records the server's settings from that answer
+        document = receipt.build("live", server=server_settings(served), figures={}, greedy={}, checks=[],
+                                 verdict="REPRODUCED", image={}, host={})  # fmt: skip
+        assert not [s for s in secrets if s in json.dumps(document)]
+        _assert_no_secret_anywhere(proc, log, secrets)
+        dumped = dump_file.read_bytes()
+        assert b"server_args" in dumped and not [s for s in secrets if s.encode() in dumped]
     finally:
         log += _stop(proc)
-    assert not [line for line in log if API_KEY in line or ADMIN_KEY in line]
+    assert not [line for line in log for s in secrets if s in line]
+
+
+# ---------------------------------------------------------------- spellings (no server needed)
+
+
+def _plan(tmp_path: Path, extra: list[str], **environ: str) -> serve.Launch:
+    return serve.plan({"DDTREE_TARGET": "pro6000", **environ}, None, str(_env_dir(tmp_path)), extra)
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [["--api-ke", API_KEY], [f"--api-k={API_KEY}"], ["--admin-api", ADMIN_KEY], ["--ad", ADMIN_KEY],
+     ["--ssl-keyfile-pass", PW], [f"--ssl-keyfile-={PW}"], ["--conf", "x.yaml"], ["--confi=x.yaml"]],
+)  # fmt: skip
+def test_an_abbreviated_secret_or_config_option_is_refused_naming_the_option_only(
+    tmp_path: Path, spelling: list[str]
+) -> None:
+    """SGLang's argparse expands any unique prefix (allow_abbrev): `--api-ke KEY` would set the key and stay
+    on argv and in the launch log; an abbreviated --config would drop the file."""
+    with pytest.raises(UserError) as caught:
+        _plan(tmp_path, spelling)
+    message = str(caught.value)
+    assert "write the option in full" in message and caught.value.exit_code == 2
+    assert API_KEY not in message and ADMIN_KEY not in message and PW not in message
+
+
+def test_ssl_keyfile_password_moves_into_the_config_and_ssl_keyfile_stays(tmp_path: Path) -> None:
+    launch = _plan(tmp_path, ["--ssl-keyfile", "/k.pem", f"--ssl-keyfile-password={PW}"])
+    assert launch.secrets == {"ssl-keyfile-password": PW}
+    assert "--ssl-keyfile" in launch.server_args and PW not in " ".join(launch.command)
+
+
+@pytest.mark.parametrize("with_key", [False, True])
+def test_config_with_equals_is_read_like_the_separate_token(tmp_path: Path, with_key: bool) -> None:
+    """SGLang merges a config file only for the token `--config`: `--config=PATH` would drop the file
+    (its api-key included) silently. Without secrets the command gets `--config PATH`; with one, the
+    file's values go into the in-memory config with the secrets."""
+    config = tmp_path / "server.yaml"
+    config.write_text(f"api-key: {API_KEY}\ncontext-length: 8192\n")
+    launch = _plan(tmp_path, [f"--config={config}"], **({"DDTREE_API_KEY": ADMIN_KEY} if with_key else {}))
+    assert launch.user_config == {"api-key": API_KEY, "context-length": 8192}
+    assert launch.value("--context-length") == "8192"
+    if with_key:
+        assert "--config" not in " ".join(launch.server_args) and launch.secrets == {"api-key": ADMIN_KEY}
+    else:
+        args = launch.server_args
+        assert args[args.index("--config") + 1] == str(config)
+        assert not [a for a in args if a.startswith("--config=")]
+
+
+def test_the_full_prefix_list_is_sglangs(sglang_cpu_path: str) -> None:  # noqa: F811
+    """The real parser of the patched 0.5.13.post1: every SGLang option that is a proper prefix of a guarded
+    one is in FULL_PREFIX_FLAGS, and every other prefix of a guarded option (from `--` plus one letter)
+    that argparse accepts resolves to a guarded option, so refusing it loses nothing SGLang would take."""
+    probe = """
+import argparse, json, sys
+from sglang.srt.server_args import ServerArgs
+parser = argparse.ArgumentParser(); ServerArgs.add_cli_args(parser)
+guarded, out = json.loads(sys.argv[1]), {"exact": [], "resolved": {}}
+options = list(parser._option_string_actions)
+for flag in guarded:
+    out["exact"] += [o for o in options if flag.startswith(o) and o != flag]
+    for n in range(3, len(flag)):
+        matches = [o for o in options if o.startswith(flag[:n])]
+        if flag[:n] not in options:
+            out["resolved"][flag[:n]] = matches
+print("PROBE", json.dumps(out))
+"""
+    env = {**os.environ, "PYTHONPATH": sglang_cpu_path, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", probe, json.dumps(serve.GUARDED_FLAGS)],
+                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("PROBE ")), None)
+    assert line, done.stderr[-3000:]
+    found = json.loads(line[6:])
+    assert sorted(set(found["exact"])) == sorted(serve.FULL_PREFIX_FLAGS)
+    for prefix, matches in found["resolved"].items():
+        # Unique: argparse takes it as that option (a guarded one). Several: argparse refuses it too.
+        assert len(matches) > 1 or matches[0] in serve.GUARDED_FLAGS, (prefix, matches)
+        with pytest.raises(UserError):
+            serve.spell_guarded_flags([prefix, "value"])

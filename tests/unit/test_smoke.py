@@ -118,7 +118,7 @@ def test_smoke_tp_must_divide_the_tiny_models_heads(tp: int) -> None:
         timeout=300,
     )
     assert done.returncode == smoke.EXIT_CANNOT_RUN, done.stdout + done.stderr
-    reason = f"--smoke-tp {tp}: the tiny models have {smoke_models.HEADS} attention heads; use 1, 2 or 4"
+    reason = f"--smoke-tp {tp}: the tiny gqa target has {smoke_models.HEADS} attention heads; use 1, 2, 4"
     assert reason in done.stdout
 
 

@@ -4,8 +4,9 @@ Real here: the request mix, stop-string placement, divergence and log checks, th
 smoke.py's real tiny weights, and the whole script (main, HTTP, aborts, gap queries, verdict, summary.json)
 run against two TEST DOUBLES of SGLang's /generate and /abort_request: real HTTP, fake model (the tiny
 target's greedy walk along its successor cycle, answered by token ids, with stop strings on the byte
-tokenizer's text, aborts by rid, top-2 log-probs and the DDTREE penalty refusal), because the real servers
-need a GPU (`device_ddtree.sh stress`)."""
+tokenizer's text, aborts by rid, top-2 log-probs and the speculative server's custom-logit-processor
+refusal; request options are ignored, the same on both doubles), because the real servers need a GPU
+(`device_ddtree.sh stress`)."""
 
 from __future__ import annotations
 
@@ -124,6 +125,23 @@ def test_context_noise_touches_only_attention_and_mlp(tmp_path: Path) -> None:
     assert torch.equal(safetensors.load_file(str(target2 / "model.safetensors"))[name], after[name])
 
 
+def test_context_noise_on_the_mla_target_touches_its_projections_router_and_experts(tmp_path: Path) -> None:
+    """--arch mla: every attention projection, the dense MLP, each router (weight and correction bias), expert
+    and shared expert gets noise; norms, embeddings and the LM head keep their values."""
+    torch = pytest.importorskip("torch")
+    safetensors = pytest.importorskip("safetensors.torch")
+    target, _ = smoke_models.write_models(tmp_path / "m", smoke_models.SmokeSettings(arch="mla"))
+    before = safetensors.load_file(str(target / "model.safetensors"))
+    stress.add_context_noise(target, 0.03, seed=5)
+    after = safetensors.load_file(str(target / "model.safetensors"))
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert not any(k.endswith("norm.weight") or "embed" in k or "lm_head" in k for k in changed)
+    moe_layer = 2 + 16 * 3 + 3  # router weight and bias, 16 experts and the shared one (gate, up, down each)
+    assert len(changed) == 6 * 5 + 3 + 5 * moe_layer, (
+        "q_a, q_b, kv_a, kv_b, o; the dense MLP; five MoE layers"
+    )
+
+
 # ---------------------------------------------------------------------------------------- the test double
 
 
@@ -143,9 +161,10 @@ class _Generate(BaseHTTPRequestHandler):
             send_body(self, 200, "text/plain", b"")
             return
         params = body["sampling_params"]
-        if self.server.refuses_penalties and params.get("frequency_penalty"):
+        self.server.seen_params.append(params)
+        if self.server.algorithm and body.get("custom_logit_processor"):
             message = (
-                "DDTREE speculative decoding does not support frequency_penalty=0.5: tree verification ..."
+                f"{self.server.algorithm} speculative decoding does not support custom_logit_processor: ..."
             )
             send_body(self, 400, "application/json", json.dumps({"error": {"message": message}}).encode())
             return
@@ -186,9 +205,9 @@ class _Generate(BaseHTTPRequestHandler):
                 if finish:
                     break
             meta = {"finish_reason": {"type": finish} if finish else None}
-            meta["spec_accept_length"] = 3.5 if self.server.refuses_penalties else None
+            meta["spec_accept_length"] = 3.5 if self.server.algorithm else None
             if finish and body.get("return_logprob"):
-                meta["output_top_logprobs"] = [[[-0.01, out[0], None], [-2.0, 17, None]]]
+                meta["output_top_logprobs"] = [[[-0.01, t, None], [-2.0, 17, None]] for t in out]
             yield {"output_ids": list(out), "meta_info": meta}
 
 
@@ -196,16 +215,17 @@ class _Double(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128  # 32 requests connect at once (the default backlog of 5 resets some)
 
-    def __init__(self, refuses_penalties: bool, corrupt_at: set[int]):
+    def __init__(self, algorithm: str | None, corrupt_at: set[int]):
         super().__init__(("127.0.0.1", 0), _Generate)
-        self.refuses_penalties = refuses_penalties
+        self.algorithm = algorithm  # the speculative double: refuses custom logit processors
+        self.seen_params: list[dict] = []
         self.corrupt_at = corrupt_at
         self.aborted: set[str] = set()
 
 
 @contextmanager
-def _doubles(corrupt_at: set[int], refuses: bool = True) -> Iterator[tuple[str, str]]:
-    servers = [_Double(refuses, corrupt_at), _Double(False, set())]
+def _doubles(corrupt_at: set[int], algorithm: str = "DDTREE") -> Iterator[tuple[str, str]]:
+    servers = [_Double(algorithm, corrupt_at), _Double(None, set())]
     threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
     for t in threads:
         t.start()
@@ -219,24 +239,58 @@ def _doubles(corrupt_at: set[int], refuses: bool = True) -> Iterator[tuple[str, 
 
 @pytest.mark.parametrize("corrupt", [False, True])
 def test_whole_run_against_servers_already_up(tmp_path: Path, corrupt: bool, capsys) -> None:
-    """main() with --ddtree-url/--baseline-url: every phase, aborts, stop strings, the refusal, the verdict. A
-    DDTREE double that emits one wrong token at output index 40 (gap 1.99 > 0.25) must fail the run."""
+    """main() with --ddtree-url/--baseline-url: every phase, aborts, stop strings, the options phase (an
+    information line under forced retraction), the refusal, the verdict. A DDTREE double that emits one wrong
+    token at output index 40 (gap 1.99 > 0.25) must fail the run."""
     random.seed(0)
     with _doubles({41} if corrupt else set()) as (ddtree_url, plain_url):
         rc = stress.main(["--out", str(tmp_path), "--ddtree-url", ddtree_url, "--baseline-url", plain_url])
     printed = capsys.readouterr().out
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["passed"] is (not corrupt) and rc == (1 if corrupt else 0), printed
-    assert "ok   stop: " in printed and "ddtree refuses frequency_penalty: HTTP 400" in printed
+    assert "ok   stop: " in printed
+    assert "ok   ddtree refuses a streamed custom_logit_processor before the stream: HTTP 400" in printed
     assert "ok   mixed: 4/4 DDTREE requests aborted mid-stream" in printed
     if corrupt:
         bugs = summary["bug_divergences"]
         assert bugs and all(b["index"] == 40 and b["gap"] == pytest.approx(1.99) for b in bugs), bugs
+        assert not any(b["phase"] == "options" for b in bugs), "options: not judged under forced retraction"
     else:
         assert (
             "mixed: 28/28 greedy outputs identical" in printed
             and "long: 4/4 greedy outputs identical" in printed
+            and "info options: 8/8 greedy outputs identical" in printed
         )
+
+
+@pytest.mark.parametrize("corrupt", [False, True])
+def test_options_only_judges_the_options_phase(tmp_path: Path, corrupt: bool, capsys) -> None:
+    """--options-only: the 8 option requests and the refusal only, judged token for token (gaps asked with
+    each request's options); the wrong token at index 40 fails every option request."""
+    with _doubles({41} if corrupt else set()) as (ddtree_url, plain_url):
+        rc = stress.main(
+            [
+                "--out",
+                str(tmp_path),
+                "--ddtree-url",
+                ddtree_url,
+                "--baseline-url",
+                plain_url,
+                "--options-only",
+            ]
+        )
+    printed = capsys.readouterr().out
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["options_only"] and summary["passed"] is (not corrupt), printed
+    assert rc == (1 if corrupt else 0) and "mixed:" not in printed and "stop:" not in printed, printed
+    assert "ok   ddtree refuses a streamed custom_logit_processor before the stream: HTTP 400" in printed
+    if corrupt:
+        bugs = summary["bug_divergences"]
+        assert {b["request"] for b in bugs} == {f"opt-{name}" for name, _ in stress.OPTION_SETS}, bugs
+        assert all(b["index"] == 40 and b["gap"] == pytest.approx(1.99) for b in bugs), bugs
+    else:
+        assert "ok   options: 8/8 greedy outputs identical to plain decoding" in printed, printed
+        assert "info options change plain output in 0/8 requests" in printed, "the doubles ignore options"
 
 
 def test_without_a_gpu_it_says_why_and_exits_2(tmp_path: Path, capsys) -> None:
@@ -295,8 +349,8 @@ def test_a_server_that_needs_skip_tokenizer_init_is_started_again_that_way(
 
 
 def test_dflash_runs_the_same_stress_without_the_ddtree_only_checks(tmp_path: Path, capsys) -> None:
-    """--algorithm DFLASH: the speculative double serves the penalty request, as DFLASH does, and passes."""
-    with _doubles(set(), refuses=False) as (spec_url, plain_url):
+    """--algorithm DFLASH: the same phases; the patched DFLASH refuses custom logit processors too."""
+    with _doubles(set(), algorithm="DFLASH") as (spec_url, plain_url):
         rc = stress.main(
             [
                 "--out",
@@ -310,5 +364,21 @@ def test_dflash_runs_the_same_stress_without_the_ddtree_only_checks(tmp_path: Pa
             ]
         )
     printed = capsys.readouterr().out
-    assert rc == 0 and "info DFLASH answers frequency_penalty: HTTP 200" in printed, printed
+    assert rc == 0 and "ok   dflash refuses a streamed custom_logit_processor before the stream" in printed, (
+        printed
+    )
     assert json.loads((tmp_path / "summary.json").read_text())["algorithm"] == "DFLASH"
+
+
+def test_options_phase_sends_each_option_set_greedy() -> None:
+    mixed = stress.mixed_requests(7, 2048, 8, smoke_models.REAL_TOKENS, tp=2)
+    opts = stress.options_requests(mixed)
+    assert [r.name for r in opts] == [f"opt-{name}" for name, _ in stress.OPTION_SETS]
+    assert not any(r.abort or r.sampled for r in opts)
+    params = opts[0].payload("x")["sampling_params"]
+    assert params == {"max_new_tokens": stress.OPTIONS_NEW, "temperature": 0.0, "frequency_penalty": 0.5}
+    assert opts[5].payload("x")["sampling_params"]["logit_bias"] == {"65": 4.0, "101": -3.0}
+    without = stress.options_requests(mixed, with_tokenizer=False)
+    assert without and all("min_new_tokens" not in r.options for r in without), (
+        "no tokenizer: no min_new_tokens"
+    )

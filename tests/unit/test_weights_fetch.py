@@ -224,3 +224,25 @@ def test_unknown_lock_refused_before_writing(tmp_path: Path, monkeypatch, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "target (moonshotai/Kimi-K2.6) has revision, files unknown" in err[0]
     assert not out.exists()
+
+
+def test_token_goes_to_the_hub_only_not_to_the_host_a_download_redirects_to(hub, tmp_path: Path) -> None:
+    """The Hub sends LFS files to a CDN on another host with a signed URL: the token must stay with the
+    Hub there (huggingface_hub's own download drops the Authorization header for another host). The CDN
+    is a second stand-in on another port (another host to huggingface_hub: netloc differs)."""
+    cdn = FakeHub(repos={name: FakeRepo(repo.revisions, repo.main) for name, repo in hub.repos.items()})
+    cdn.start()
+    try:
+        hub.redirect_to = cdn.url
+        token_file = tmp_path / "token"
+        token_file.write_text(TOKEN + "\n")
+        out = tmp_path / "models"
+        assert _fetch("--to", str(out), "--only", "drafter", "--token-file", str(token_file)) == 0
+    finally:
+        cdn.stop()
+    fetched = {k: v for k, v in _folder_bytes(out / "drafter").items() if not k.startswith(".cache/")}
+    assert fetched == _folder_bytes(hub.sources["drafter"])
+    asked = [a for m, p, _, a in hub.requests if "/resolve/" in p]
+    assert asked and set(asked) == {f"Bearer {TOKEN}"}  # the gated Hub got the token
+    downloads = [a for m, p, _, a in cdn.requests if m == "GET"]
+    assert downloads and set(downloads) == {None}  # the CDN never did

@@ -56,14 +56,20 @@ def server_info_answer(client: Client) -> tuple[Any | None, str]:
     return (fallback if isinstance(fallback, dict) else None), answer
 
 
+SERVED_IMAGE_KEY = "ddtree_image"
+
+
 def server_settings(raw: dict[str, Any]) -> dict[str, Any]:
     """The kept SERVER_KEYS of an info dump, and the speculative/DFlash/DDTree settings."""
     kept = {key: raw[key] for key in SERVER_KEYS if key in raw}
     kept["speculative"] = {
         key: value
         for key, value in raw.items()
-        if key.startswith("speculative_") or "ddtree" in key.lower() or "dflash" in key.lower()
+        if (key.startswith("speculative_") or "ddtree" in key.lower() or "dflash" in key.lower())
+        and key != SERVED_IMAGE_KEY
     }
+    # The image the server runs in, as it reports it (patch ddtree-served-identity); None when it does not.
+    kept[SERVED_IMAGE_KEY] = raw.get(SERVED_IMAGE_KEY)
     return kept
 
 

@@ -1,0 +1,228 @@
+"""Device `options` mode: per-row request options (patch ddtree-request-options) on CUDA.
+
+Run by tests/gpu/device_ddtree.sh options after the series is applied to /tmp/site (not collected by pytest).
+Checks, on random trees with every option on (tests/unit/request_options_probe.py's requests):
+- CUDA equals CPU: tree_penalties.adjust_verify_logits and advance_penalties on both devices, same inputs;
+- no host-device sync: both run under torch.cuda.set_sync_debug_mode("error");
+- graph-capturable: both captured in one CUDA graph, replayed on new logits, equal to eager.
+Then times adjust_verify_logits at Kimi K2.6's vocabulary (163840), bs 32, budget 16 (N 17), float32 verify
+logits, eager and replayed from a CUDA graph, for: no options, logit_bias only, every option; beside it the
+greedy verify's own read of those logits (argmax) for scale. Prints one line per check and a table; exit 0
+PASS, 1 FAIL, 2 cannot run. `--device cpu` runs the equality part on CPU only (the unit tier's check that
+the script works; no sync or graph checks, no timing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.unit import request_options_probe as probe
+
+KIMI_VOCAB = 163840
+
+
+def trees(seed: int, bs: int, size: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tokens [bs, size], mask [bs, size, size]) of random trees with repeated tokens (the probe's few ids,
+    EOS and a stop id among them), some padded; `vocab` only bounds them."""
+    assert vocab > 13
+    rng = random.Random(seed)
+    pairs = [probe.random_tree(rng, size, padding=b % 3) for b in range(bs)]
+    return torch.stack([t for t, _ in pairs]), torch.stack([m for _, m in pairs])
+
+
+def settings_for(bs: int, every_option: bool, bias_only: bool = False) -> list[dict]:
+    if bias_only:
+        return [{"logit_bias": {"7": 2.0, "1234": -1.0}}] * bs
+    if not every_option:
+        return [{}] * bs
+    return [probe.REQUEST_SETTINGS[b % len(probe.REQUEST_SETTINGS)] for b in range(bs)]
+
+
+def make_batch(settings: list[dict], device: str, vocab: int, fed_steps: int, seed: int):
+    batch = probe._batch([probe._request(**s) for s in settings], device=device, vocab=vocab)
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(fed_steps):
+        step = torch.randint(0, vocab, (len(settings),), generator=gen)
+        batch.sampling_info.penalizer_orchestrator.cumulate_output_tokens(step.to(device))
+    return batch
+
+
+def state_tensors(batch) -> list[torch.Tensor]:
+    orch = batch.sampling_info.penalizer_orchestrator
+    out = []
+    for pen in orch.penalizers.values():
+        if pen.is_prepared():
+            for name in ("cumulated_frequency_penalties", "cumulated_presence_penalties",
+                         "cumulated_repetition_penalties", "len_output_tokens"):  # fmt: skip
+                if hasattr(pen, name):
+                    out.append(getattr(pen, name))
+    return out
+
+
+def one_step(batch, logits, tokens, mask, commit) -> None:
+    from sglang.srt.speculative.tree_penalties import adjust_verify_logits, advance_penalties
+
+    adjust_verify_logits(logits, batch.sampling_info, tokens, mask)
+    advance_penalties(batch.sampling_info, tokens[:, :5], commit)
+
+
+def equality(device: str, bs: int = 6, size: int = 17, vocab: int = 4096) -> dict:
+    """The same step on `device` and on the CPU: adjusted logits and penalizer state after the advance."""
+    tokens, mask = trees(11, bs, size, vocab)
+    logits = torch.randn(bs * size, vocab, generator=torch.Generator().manual_seed(12)) * 3
+    commit = torch.tensor([1 + b % 5 for b in range(bs)], dtype=torch.int32)
+    results = {}
+    for dev in ("cpu", device):
+        batch = make_batch(settings_for(bs, True), dev, vocab, fed_steps=3, seed=13)
+        got = logits.to(dev).clone()
+        one_step(batch, got, tokens.to(dev), mask.to(dev), commit.to(dev))
+        results[dev] = (got.cpu(), [t.cpu() for t in state_tensors(batch)])
+    (a, sa), (b, sb) = results["cpu"], results[device]
+    finite = torch.isfinite(a)
+    return {
+        "same_inf": bool(torch.equal(torch.isinf(a), torch.isinf(b))),
+        "max_abs_diff": float((a[finite] - b[finite]).abs().max()),
+        "state_equal": len(sa) == len(sb) and all(torch.equal(x, y) for x, y in zip(sa, sb, strict=True)),
+        "changed_rows": int((a != logits).any(dim=1).sum()),
+    }
+
+
+def no_sync_and_graph(bs: int = 8, size: int = 17, vocab: int = 32000) -> dict:
+    """Eager under sync-debug "error", then one CUDA graph of the step replayed on new logits vs eager."""
+    tokens, mask = trees(21, bs, size, vocab)
+    tokens, mask = tokens.cuda(), mask.cuda()
+    commit = torch.tensor([1 + b % 5 for b in range(bs)], dtype=torch.int32, device="cuda")
+    gen = torch.Generator().manual_seed(22)
+    first = (torch.randn(bs * size, vocab, generator=gen) * 3).cuda()
+    second = (torch.randn(bs * size, vocab, generator=gen) * 3).cuda()
+    out: dict = {}
+    eager_batch = make_batch(settings_for(bs, True), "cuda", vocab, fed_steps=3, seed=23)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        eager_first = first.clone()
+        one_step(eager_batch, eager_first, tokens, mask, commit)
+        eager_second = second.clone()
+        one_step(eager_batch, eager_second, tokens, mask, commit)
+        out["no_sync"] = True
+    except RuntimeError as exc:
+        out["no_sync"], out["sync_error"] = False, str(exc)[:300]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    if not out["no_sync"]:
+        return out
+    graph_batch = make_batch(settings_for(bs, True), "cuda", vocab, fed_steps=3, seed=23)
+    static = first.clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    snapshot = [t.clone() for t in state_tensors(graph_batch)]
+    with torch.cuda.stream(stream):  # warm-up outside the graph, then restore the state it advanced
+        one_step(graph_batch, static.clone(), tokens, mask, commit)
+    torch.cuda.current_stream().wait_stream(stream)
+    for t, s in zip(state_tensors(graph_batch), snapshot, strict=True):
+        t.copy_(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        one_step(graph_batch, static, tokens, mask, commit)
+    for t, s in zip(state_tensors(graph_batch), snapshot, strict=True):
+        t.copy_(s)
+    static.copy_(first)
+    graph.replay()
+    replay_first = static.clone()
+    static.copy_(second)
+    graph.replay()
+    torch.cuda.synchronize()
+    out["graph_equal"] = bool(torch.equal(replay_first, eager_first) and torch.equal(static, eager_second))
+    out["graph_state_equal"] = all(
+        torch.equal(a, b) for a, b in zip(state_tensors(graph_batch), state_tensors(eager_batch), strict=True)
+    )
+    return out
+
+
+def time_ms(fn, iters: int = 50) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / iters
+
+
+def timing(bs: int, budget: int, vocab: int) -> dict:
+    from sglang.srt.speculative.tree_penalties import adjust_verify_logits
+
+    size = budget + 1
+    tokens, mask = trees(31, bs, size, vocab)
+    tokens, mask = tokens.cuda(), mask.cuda()
+    logits = torch.randn(bs * size, vocab, device="cuda") * 3
+    work = logits.clone()
+    out: dict = {"bs": bs, "budget": budget, "vocab": vocab}
+    out["argmax_ms"] = time_ms(lambda: torch.argmax(work, dim=-1))
+    for name, every, bias in (("none", False, False), ("logit_bias", False, True), ("all", True, False)):
+        batch = make_batch(settings_for(bs, every, bias), "cuda", vocab, fed_steps=4, seed=32)
+        info = batch.sampling_info
+        out[f"{name}_eager_ms"] = time_ms(lambda info=info: adjust_verify_logits(work, info, tokens, mask))
+        work.copy_(logits)  # the adjustments compound; keep the values sane
+        out[f"{name}_graph_ms"] = None
+        if name != "none":  # nothing to capture without options
+            graph = torch.cuda.CUDAGraph()
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                adjust_verify_logits(work, info, tokens, mask)
+            torch.cuda.current_stream().wait_stream(stream)
+            with torch.cuda.graph(graph):
+                adjust_verify_logits(work, info, tokens, mask)
+            out[f"{name}_graph_ms"] = time_ms(graph.replay)
+            work.copy_(logits)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("request-options: cannot run here: no CUDA device")
+        return 2
+    begin = time.monotonic()
+    facts: dict = {"equality": equality(args.device)}
+    eq = facts["equality"]
+    ok = eq["same_inf"] and eq["max_abs_diff"] <= 1e-5 and eq["state_equal"] and eq["changed_rows"] > 0
+    print(f"{'ok  ' if ok else 'FAIL'} {args.device} equals CPU: {eq}")
+    if args.device == "cuda":
+        facts["graph"] = no_sync_and_graph()
+        g = facts["graph"]
+        passed = g.get("no_sync") and g.get("graph_equal") and g.get("graph_state_equal")
+        print(f"{'ok  ' if passed else 'FAIL'} no host sync, one CUDA graph replays like eager: {g}")
+        ok = ok and bool(passed)
+        facts["timing"] = t = timing(32, 16, KIMI_VOCAB)
+        print(
+            f"timing (ms per call, bs {t['bs']}, budget {t['budget']}, vocab {t['vocab']}, float32 logits):"
+        )
+        print(f"  argmax over the verify logits (greedy verify's read): {t['argmax_ms']:.3f}")
+        for name in ("none", "logit_bias", "all"):
+            graph_ms = t[f"{name}_graph_ms"]
+            graph_text = "-" if graph_ms is None else f"{graph_ms:.3f}"
+            print(f"  {name:>10}: eager {t[f'{name}_eager_ms']:.3f}  graph {graph_text}")
+    if args.json:
+        args.json.write_text(json.dumps(facts, indent=1))
+    print(f"request-options: {'PASS' if ok else 'FAIL'} after {time.monotonic() - begin:.0f} s")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,274 @@
+"""Device `secrets` mode: no secret anywhere once the real server and the real router run.
+
+Run by tests/gpu/device_ddtree.sh secrets (not collected by pytest: no test_ prefix). The CPU tiers cover
+each piece (tests/unit/test_serve_secrets.py: the real patched SGLang's parsing, log line, /server_info,
+internal states and dump, through `ddtree serve`; test_router_secrets.py: the real router); here the whole
+path runs for real on the GPU, as a user starts it:
+
+    ddtree serve   (DDTREE_API_KEY_FILE = the user key, HF_TOKEN in its environment,
+                    -- --admin-api-key ADMIN and the tiny models with the smoke test's DDTREE flags)
+    ddtree router  (DDTREE_REPLICAS = that server, DDTREE_API_KEY_FILE = the user key), if sglang-router is
+                   installed here (it is in the image; the staged wheels may lack it: then said, not run)
+
+Then, with the keys: POST /configure_logging (admin key) turns request dumps on (threshold 1), one /generate
+through the router (else the server), `ddtree selfcheck --live` writes a receipt. The keys must work: a
+request without the key is refused (401), the admin route refuses the user key. Searched for each secret
+(user key, admin key, HF token): /server_info and /get_server_info (both keys), /proc/PID/cmdline and
+/proc/PID/environ of every process of the server's and the router's sessions, `ps` over the machine, the
+server, router and selfcheck logs, the request dumps, the receipt and the checkout's Dockerfile. The SSL key
+password is covered on the CPU (real parser, log line, /server_info): a TLS server here would need
+certificates the router trusts.
+
+Exit 0: no secret found anywhere and the keys were enforced; 1: a leak or an unenforced key (each printed
+as one line: `LEAK <secret> in <place>`); 2: the server never became ready (log tail printed, logs in OUT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SECRETS = {
+    "user key": "sk-user-7d1c0b5e93a24f68GPUSECRET",
+    "admin key": "adm-9f4e2a7c1b3d5e60GPUSECRET",
+    "HF token": "hf_GpuSecretsTokenValue0123456789",
+}
+LAUNCH_TIMEOUT_S = 240.0
+
+
+def session_processes(session_ids: Iterable[int]) -> dict[int, tuple[bytes, bytes]]:
+    """pid -> (cmdline, environ) of every process in the given sessions (the server's workers included)."""
+    wanted = set(session_ids)
+    found: dict[int, tuple[bytes, bytes]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getsid(int(entry.name)) not in wanted:
+                continue
+            found[int(entry.name)] = ((entry / "cmdline").read_bytes(), (entry / "environ").read_bytes())
+        except (OSError, ProcessLookupError):
+            continue  # gone meanwhile, or not ours to read
+    return found
+
+
+def file_places(folder: Path, label: str) -> dict[str, bytes]:
+    """Every file under `folder` as a place to search (dumps, logs)."""
+    if not folder.is_dir():
+        return {}
+    return {
+        f"{label} {p.relative_to(folder)}": p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
+def leaks(places: Mapping[str, bytes], secrets: Mapping[str, str] = SECRETS) -> list[str]:
+    """`LEAK <secret> in <place>` for each secret found in each place."""
+    return [
+        f"LEAK {name} in {place}"
+        for place, data in places.items()
+        for name, value in secrets.items()
+        if value.encode() in data
+    ]
+
+
+def _get(url: str, route: str, key: str | None) -> tuple[int, bytes]:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url + route, headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def _post(url: str, route: str, body: dict, key: str | None) -> tuple[int, bytes]:
+    import urllib.error
+    import urllib.request
+
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    request = urllib.request.Request(
+        url + route, data=json.dumps(body).encode(), headers=headers, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def _arch() -> str:
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    return f"{major}.{minor}"
+
+
+def _free_port() -> int:
+    from ddtree.smoke_server import _free_port as free
+
+    return free()
+
+
+def _start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    handle = log.open("wb")
+    return subprocess.Popen(cmd, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen[bytes] | None) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _wait(url: str, key: str, proc: subprocess.Popen[bytes], route: str, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if _get(url, route, key)[0] == 200:
+                return True
+        except OSError:
+            pass
+        time.sleep(1.0)
+    return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ddtree import smoke, smoke_models
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for logs, dumps and the receipt")
+    out: Path = parser.parse_args(argv).out
+    out.mkdir(parents=True, exist_ok=True)
+    problem = smoke.gpu_problem()
+    if problem:
+        print(f"secrets: cannot run here: {problem}")
+        return 2
+    settings = dataclasses.replace(smoke.settings_from_profile("pro6000"), launch_timeout_s=LAUNCH_TIMEOUT_S)
+    work = Path(tempfile.mkdtemp(prefix="ddtree-secrets-"))
+    key_file = work / "api-key"
+    key_file.write_text(SECRETS["user key"] + "\n")
+    user, admin = SECRETS["user key"], SECRETS["admin key"]
+    server = router = None
+    places: dict[str, bytes] = {}
+    failures: list[str] = []
+    try:
+        target, drafter = smoke_models.write_models(work / "models", settings)
+        smoke_models.write_tokenizer(target)
+        port = _free_port()
+        url = f"http://127.0.0.1:{port}"
+        base = {k: v for k, v in os.environ.items() if not k.startswith("DDTREE_")}
+        base.update(PYTHONPATH=os.pathsep.join([str(REPO / "entrypoint"), base.get("PYTHONPATH", "")]),
+                    PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")  # fmt: skip
+        serve_env = {
+            **base,
+            "HF_TOKEN": SECRETS["HF token"],
+            "DDTREE_TARGET": "pro6000",
+            "DDTREE_ENV_DIR": str(REPO / "env"),
+            "DDTREE_SKIP_CHECKS": "weights,drafter,gpu,shm",  # tiny models: not the locked Kimi K2.6
+            "DDTREE_API_KEY_FILE": str(key_file),
+            "DDTREE_MODEL_DIR": str(target),
+            "DDTREE_DRAFTER_DIR": str(drafter),
+            "DDTREE_HOST": "127.0.0.1",
+            "DDTREE_PORT": str(port),
+            "DDTREE_TP": "1",
+            # the profile is pro6000's (sm_120): JIT builds must target this GPU instead
+            "TORCH_CUDA_ARCH_LIST": _arch(),
+        }
+        extra = ["--admin-api-key", admin, "--mem-fraction-static", "0.2", "--cuda-graph-max-bs", "32",
+                 "--max-running-requests", "32", "--random-seed", str(settings.seed),
+                 "--speculative-num-draft-tokens", str(settings.block_size),
+                 "--speculative-ddtree-budget", str(settings.budget),
+                 "--speculative-ddtree-topk", str(settings.topk)]  # fmt: skip
+        server = _start(
+            [sys.executable, "-m", "ddtree.cli", "serve", "--", *extra], serve_env, out / "serve.log"
+        )
+        if not _wait(url, user, server, "/health", LAUNCH_TIMEOUT_S):
+            tail = (out / "serve.log").read_text(errors="replace").splitlines()[-30:]
+            print("secrets: the server never became ready:\n" + "\n".join(tail))
+            return 2
+        print(f"secrets: server ready at {url}", flush=True)
+        front = url
+        try:
+            import sglang_router  # noqa: F401
+
+            rport = _free_port()
+            extra_router = f"--prometheus-host 127.0.0.1 --prometheus-port {_free_port()}"
+            router_env = {**base, "DDTREE_REPLICAS": url, "DDTREE_ROUTER_HOST": "127.0.0.1",
+                          "DDTREE_ROUTER_PORT": str(rport), "DDTREE_API_KEY_FILE": str(key_file),
+                          "DDTREE_ROUTER_EXTRA_ARGS": extra_router}  # fmt: skip
+            router = _start([sys.executable, "-m", "ddtree.cli", "router"], router_env, out / "router.log")
+            front = f"http://127.0.0.1:{rport}"
+            if not _wait(front, user, router, "/workers", 120):
+                failures.append("the router never answered /workers")
+                front = url
+        except ImportError:
+            print("secrets: sglang-router is not installed here: the router part is not run", flush=True)
+        # The keys are enforced: no key and the user key on an admin route are refused.
+        if _get(url, "/server_info", None)[0] != 401:
+            failures.append("the server answered /server_info without a key")
+        dumps = out / "dumps"
+        dumping = {"dump_requests_folder": str(dumps), "dump_requests_threshold": 1}
+        status, _ = _post(url, "/configure_logging", dumping, user)
+        if status not in (401, 403):
+            failures.append(f"/configure_logging took the user key (HTTP {status}): admin key not enforced")
+        status, answer = _post(url, "/configure_logging", dumping, admin)
+        if status != 200:
+            failures.append(f"/configure_logging with the admin key: HTTP {status} {answer[:200]!r}")
+        request = {"text": "hello", "sampling_params": {"max_new_tokens": 8, "temperature": 0}}
+        status, answer = _post(front, "/generate", request, user)
+        if status != 200:
+            failures.append(f"/generate through {front}: HTTP {status} {answer[:200]!r}")
+        for route in ("/server_info", "/get_server_info"):
+            for name, key in (("user", user), ("admin", admin)):
+                status, answer = _get(url, route, key)
+                places[f"{route} ({name} key, HTTP {status})"] = answer
+        live_env = {**base, "DDTREE_API_KEY_FILE": str(key_file)}  # the client's own key
+        done = subprocess.run(
+            [sys.executable, "-m", "ddtree.cli", "selfcheck", "--live", front, "--max-tokens", "32",
+             "--runs", "1", "--receipt", str(out / "receipt.json")],
+            capture_output=True, env=live_env, timeout=600,
+        )  # fmt: skip
+        places["selfcheck --live output"] = done.stdout + done.stderr
+        time.sleep(3)  # the dump is written by a background task
+        sessions = [p.pid for p in (server, router) if p is not None]
+        for pid, (cmdline, environ) in session_processes(sessions).items():
+            places[f"/proc/{pid}/cmdline"] = cmdline
+            places[f"/proc/{pid}/environ"] = environ
+        places["ps -eo args"] = subprocess.run(["ps", "-eo", "pid,args", "--width", "99999"],
+                                               capture_output=True).stdout  # fmt: skip
+        if not list(dumps.rglob("*")):
+            failures.append(f"no request dump was written to {dumps}")
+    finally:
+        _stop(router)
+        _stop(server)
+        shutil.rmtree(work, ignore_errors=True)
+    places.update(file_places(out, "file"))  # logs (after stop: the whole of them), dumps, the receipt
+    places["Dockerfile"] = (REPO / "Dockerfile").read_bytes()
+    found = leaks(places)
+    for line in [*failures, *found]:
+        print(f"secrets: {line}")
+    print(f"secrets: searched {len(places)} places for {len(SECRETS)} secrets: "
+          f"{'FAIL' if found or failures else 'none found, keys enforced'}")  # fmt: skip
+    return 1 if found or failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

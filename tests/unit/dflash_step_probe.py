@@ -1,0 +1,240 @@
+"""Run inside the CPU SGLang environment with TRITON_INTERPRET=1 (tests/unit/test_dflash_step_host.py): the
+host-light step of patch 0008 (sglang/srt/speculative/dflash_step_host.py) against upstream's own code in the
+same patched tree, each side fed the same inputs. Prints one line `DFLASH-STEP-PROBE {json}`.
+
+Stand-ins: DFlashWorker is made without __init__ (its constructor loads a drafter on a GPU) and given the
+attributes the compared methods read; verify() runs on a batch stub whose assign_req_to_token kernel is a
+torch loop (SGLang's is a Triton kernel launched on CUDA tensors only).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import traceback
+import types
+
+import torch
+
+
+def _assign_reference(req_pool_indices, req_to_token, start, end, out_cache_loc, bs) -> None:
+    offset = 0
+    for i in range(bs):
+        s, e = int(start[i]), int(end[i])
+        req_to_token[int(req_pool_indices[i]), s:e] = out_cache_loc[offset : offset + e - s]
+        offset += e - s
+
+
+def _with_fast_step(value: str, fn):
+    saved = os.environ.get("SGLANG_DFLASH_FAST_STEP")
+    os.environ["SGLANG_DFLASH_FAST_STEP"] = value
+    try:
+        return fn()
+    finally:
+        if saved is None:
+            os.environ.pop("SGLANG_DFLASH_FAST_STEP")
+        else:
+            os.environ["SGLANG_DFLASH_FAST_STEP"] = saved
+
+
+def _upstream_worker(window: int, page_size: int):
+    from sglang.srt.speculative.dflash_worker import DFlashWorker
+
+    worker = object.__new__(DFlashWorker)
+    worker.__dict__.update(draft_window_size=window, page_size=page_size, device=torch.device("cpu"))
+    return worker
+
+
+def _compact_facts() -> dict:
+    """Kernel (interpreter), torch fallback and upstream's masked gather, on the same req_to_token tables."""
+    from sglang.srt.speculative import dflash_step_host as host
+
+    cases = {
+        "short_and_long_p1": ([5, 300, 64, 65], 64, 1),
+        "page16": ([5, 300, 100, 17], 64, 16),
+        "window_2048_over_blocks": ([2048, 4100, 1, 700], 2048, 1),
+    }
+    out = {}
+    gen = torch.Generator().manual_seed(1)
+    for name, (lens, window, page) in cases.items():
+        bs, width = len(lens), 4200
+        target = torch.randint(1, 10**6, (bs + 2, width), generator=gen, dtype=torch.int32)
+        pools = torch.tensor([3, 0, 5, 1][:bs], dtype=torch.int64)
+        seq = torch.tensor(lens, dtype=torch.int32)
+        worker = _upstream_worker(window, page)
+        up_lens = worker._compute_compact_draft_seq_lens(seq)
+        start = seq.to(torch.int64) - up_lens.to(torch.int64)
+        up_locs = worker._gather_req_to_token_segments(
+            req_to_token=target, req_pool_indices=pools, start=start, lengths=up_lens
+        )
+        up_rows = torch.zeros_like(target)
+        _assign_reference(pools, up_rows, torch.zeros_like(up_lens), up_lens, up_locs, bs)
+        results = {}
+        for path in ("kernel", "torch"):
+            rows = torch.zeros_like(target)
+            os.environ["SGLANG_DFLASH_STEP_TRITON"] = "1" if path == "kernel" else "0"
+            got = host.rewrite_compact_rows(
+                target_req_to_token=target,
+                draft_req_to_token=rows,
+                req_pool_indices=pools,
+                seq_lens=seq,
+                window=window,
+                page_size=page,
+            )
+            results[path] = {
+                "lens_equal": got.tolist() == up_lens.tolist(),
+                "rows_equal": bool(torch.equal(rows, up_rows)),
+            }
+        os.environ.pop("SGLANG_DFLASH_STEP_TRITON")
+        host_lens = host.compact_draft_lens_host(seq, window, page)
+        out[name] = {
+            **results,
+            "host_lens_equal": host_lens.tolist() == up_lens.tolist(),
+            "lens": up_lens.tolist(),
+            "kernel_module": host._triton() is not None,
+        }
+    return out
+
+
+class _Req:
+    def __init__(self, max_new: int):
+        self.output_ids: list[int] = []
+        self.origin_input_ids = [5]
+        self.grammar = None
+        self.max_new = max_new
+        self.spec_verify_ct = 0
+        self.spec_num_correct_drafts = 0
+        self.kv_committed_len = 0
+        self.kv_allocated_len = 0
+
+    def update_finish_state(self) -> None:
+        pass
+
+    def finished(self) -> bool:
+        return len(self.output_ids) >= self.max_new
+
+
+def _dflash_verify_once() -> dict:
+    """DFlashVerifyInput.verify, greedy, 3 requests with block 5: accepts 2, 0, and 4 but finishes after 2."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.speculative import dflash_info
+
+    dflash_info.assign_req_to_token_pool_func = _assign_reference
+    bs, size, vocab = 3, 5, 32
+    candidates = torch.tensor([[7, 3, 4, 9, 9], [7, 1, 2, 3, 4], [7, 5, 6, 8, 10]])
+    argmax = torch.tensor([[3, 4, 20, 0, 0], [21, 0, 0, 0, 0], [5, 6, 8, 10, 22]])
+    logits = torch.nn.functional.one_hot(argmax.view(-1), vocab).float() * 10
+    hidden = torch.arange(bs * size, dtype=torch.float32).view(-1, 1).repeat(1, 2)
+    seq_lens = torch.tensor([4, 9, 6], dtype=torch.int32)
+    freed: list[int] = []
+    req_to_token = torch.full((3, 32), -1, dtype=torch.int64)
+    reqs = [_Req(100), _Req(100), _Req(2)]
+    batch = types.SimpleNamespace(
+        forward_mode=ForwardMode.TARGET_VERIFY,
+        reqs=reqs,
+        batch_size=lambda: bs,
+        sampling_info=None,
+        out_cache_loc=torch.arange(100, 100 + bs * size, dtype=torch.int64),
+        token_to_kv_pool_allocator=types.SimpleNamespace(free=lambda x: freed.extend(x.tolist())),
+        req_pool_indices=torch.tensor([2, 0, 1]),
+        req_to_token_pool=types.SimpleNamespace(req_to_token=req_to_token),
+        seq_lens=seq_lens.clone(),
+        seq_lens_cpu=seq_lens.clone(),
+        seq_lens_sum=int(seq_lens.sum()),
+        device="cpu",
+    )
+    spec = dflash_info.DFlashVerifyInput(
+        draft_token=candidates.reshape(-1),
+        positions=torch.zeros(bs * size, dtype=torch.long),
+        draft_token_num=size,
+    )
+    out = types.SimpleNamespace(next_token_logits=logits, hidden_states=hidden)
+    bonus, commit, next_hidden, correct = spec.verify(batch=batch, logits_output=out, page_size=1)
+    return {
+        "output_ids": [r.output_ids for r in reqs],
+        "bonus": bonus.tolist(),
+        "commit_lens": commit.tolist(),
+        "correct": correct,
+        "next_hidden_rows": next_hidden[:, 0].tolist(),
+        "kept_slots": batch.out_cache_loc.tolist(),
+        "freed": sorted(freed),
+        "req_to_token": req_to_token.tolist(),
+        "seq_lens": batch.seq_lens.tolist(),
+        "seq_lens_cpu": batch.seq_lens_cpu.tolist(),
+        "seq_lens_sum": batch.seq_lens_sum,
+        "kv_committed": [r.kv_committed_len for r in reqs],
+    }
+
+
+def _path_indices_facts() -> dict:
+    from sglang.srt.speculative.dflash_step_host import path_step_indices, prefix_step_indices
+
+    chain = prefix_step_indices([2, 0, 3], 4, torch.device("cpu"))
+    tree = path_step_indices([3, 1, 2], [[4, 6], [], [0, 5, 7]], 9, torch.device("cpu"))
+    return {
+        "chain_kept": chain.kept.tolist(),
+        "chain_freed": chain.freed.tolist(),
+        "tree_kept": tree.kept.tolist(),
+        "tree_freed": tree.freed.tolist(),
+    }
+
+
+def _tree_mask_facts() -> dict:
+    """The flat verify mask by the kernel (interpreter) vs ddtree_utils.flatten_verify_mask, on real trees."""
+    from sglang.srt.speculative.ddtree_utils import build_ddtree, flatten_verify_mask
+    from sglang.srt.speculative.dflash_step_host import tree_verify_mask
+
+    out = {}
+    gen = torch.Generator().manual_seed(3)
+    for name, (lens, budget, topk, depth) in {
+        "bs3_budget8": ([4, 300, 1], 8, 4, 7),
+        "bs1_budget16_long": ([2100], 16, 4, 7),
+        "bs2_budget32": ([33, 129], 32, 4, 7),
+    }.items():
+        logp = torch.log_softmax(torch.randn(len(lens), depth, 50, generator=gen), dim=-1)
+        tree = build_ddtree(logp, budget, topk)
+        seq = torch.tensor(lens, dtype=torch.int32)
+        got = tree_verify_mask(tree.mask, seq, sum(lens))
+        want = flatten_verify_mask(tree.mask, seq, sum(lens))
+        out[name] = {"equal": bool(torch.equal(got, want)), "numel": got.numel(), "dtype": str(got.dtype)}
+    return out
+
+
+def _mask_policy_facts() -> dict:
+    from sglang.srt.speculative.dflash_utils import resolve_dflash_verify_mask_policy
+
+    def backend(name: str, window):
+        return type(name, (), {"sliding_window_size": window})()
+
+    facts = {}
+    for switch in ("1", "0"):
+        facts[switch] = _with_fast_step(
+            switch,
+            lambda: {
+                "triton": resolve_dflash_verify_mask_policy(backend("TritonAttnBackend", None))[1],
+                "triton_window": resolve_dflash_verify_mask_policy(backend("TritonAttnBackend", 128))[1],
+                "flashinfer": resolve_dflash_verify_mask_policy(backend("FlashInferAttnBackend", None))[1],
+                "hybrid_triton": resolve_dflash_verify_mask_policy(
+                    types.SimpleNamespace(full_attn_backend=backend("TritonAttnBackend", -1))
+                )[1],
+            },
+        )
+    return facts
+
+
+def main() -> None:
+    facts: dict = {}
+    try:
+        facts["compact"] = _compact_facts()
+        facts["dflash_verify_fast"] = _with_fast_step("1", _dflash_verify_once)
+        facts["dflash_verify_upstream"] = _with_fast_step("0", _dflash_verify_once)
+        facts["indices"] = _path_indices_facts()
+        facts["mask_policy"] = _mask_policy_facts()
+        facts["tree_mask"] = _tree_mask_facts()
+    except Exception:
+        facts["probe_error"] = traceback.format_exc()
+    print("DFLASH-STEP-PROBE " + json.dumps(facts))
+
+
+if __name__ == "__main__":
+    main()

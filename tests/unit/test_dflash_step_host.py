@@ -1,0 +1,96 @@
+"""The host-light DFLASH/DDTREE step (patch 0008-dflash-step-host) on CPU, in the real patched sglang
+0.5.13.post1.
+
+Each new piece is compared with the upstream code it replaces, in the same patched tree, on the same inputs
+(tests/unit/dflash_step_probe.py runs them; TRITON_INTERPRET=1 runs the Triton kernels on CPU): the compact
+draft cache rewrite (kernel and torch fallback vs DFlashWorker's masked gather + assign), the tree mask kernel
+vs ddtree_utils.flatten_verify_mask, the draft lengths computed on the host, DFLASH's verify with
+SGLANG_DFLASH_FAST_STEP=1 vs =0, the keep/free index builders, and the mask policy (no host mask for a chain
+on the triton backend unless the target slides a window). Stand-ins are named in the probe's docstring. The
+step's speed is measured on the device (benchmarks/pair, `device_pair.sh profile`), not here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_ddtree_sglang import sglang_cpu_path  # noqa: F401  (fixture)
+
+PROBE = Path(__file__).with_name("dflash_step_probe.py")
+
+
+@pytest.fixture(scope="module")
+def facts(sglang_cpu_path: str) -> dict:  # noqa: F811
+    env = {**os.environ, "PYTHONPATH": sglang_cpu_path, "TRITON_INTERPRET": "1", "HF_HUB_OFFLINE": "1"}
+    env.pop("SGLANG_DFLASH_FAST_STEP", None)
+    done = subprocess.run([sys.executable, str(PROBE)], capture_output=True, text=True, env=env, timeout=600)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("DFLASH-STEP-PROBE ")]
+    assert lines, f"probe printed no result (rc {done.returncode}):\n{done.stderr[-4000:]}"
+    result = json.loads(lines[-1].removeprefix("DFLASH-STEP-PROBE "))
+    assert "probe_error" not in result, result["probe_error"]
+    return result
+
+
+@pytest.mark.parametrize("case", ["short_and_long_p1", "page16", "window_2048_over_blocks"])
+@pytest.mark.parametrize("path", ["kernel", "torch"])
+def test_compact_rows_equal_upstreams_masked_gather(facts: dict, case: str, path: str) -> None:
+    got = facts["compact"][case]
+    assert got["kernel_module"], "the Triton kernel module did not load under the interpreter"
+    assert got[path]["lens_equal"], f"{path}: draft lengths differ from upstream's ({got['lens']})"
+    assert got[path]["rows_equal"], f"{path}: draft req_to_token rows differ from upstream's"
+
+
+def test_compact_cases_cover_short_clamped_and_page_aligned_rows(facts: dict) -> None:
+    assert facts["compact"]["short_and_long_p1"]["lens"] == [5, 64, 64, 64]
+    # page 16: 300 -> visible 64 from 236, aligned to 224 -> 76 slots; 100 -> from 36, aligned to 32 -> 68
+    assert facts["compact"]["page16"]["lens"] == [5, 76, 68, 17]
+    assert facts["compact"]["window_2048_over_blocks"]["lens"] == [2048, 2048, 1, 700]
+
+
+@pytest.mark.parametrize("case", ["short_and_long_p1", "page16", "window_2048_over_blocks"])
+def test_draft_lengths_on_the_host_equal_the_devices(facts: dict, case: str) -> None:
+    assert facts["compact"][case]["host_lens_equal"]
+
+
+def test_dflash_verify_fast_step_equals_upstream(facts: dict) -> None:
+    fast, upstream = facts["dflash_verify_fast"], facts["dflash_verify_upstream"]
+    assert fast == upstream
+
+
+def test_dflash_verify_keeps_each_requests_committed_prefix(facts: dict) -> None:
+    v = facts["dflash_verify_fast"]
+    # request 0 accepts 3, 4, bonus 20; request 1 rejects at once (bonus 21); request 2 finishes at 2 tokens
+    assert v["output_ids"] == [[3, 4, 20], [21], [5, 6]]
+    assert v["commit_lens"] == [3, 1, 2] and v["correct"] == [2, 0, 1]
+    assert v["kept_slots"] == [100, 101, 102, 105, 110, 111]
+    assert v["next_hidden_rows"] == [0.0, 1.0, 2.0, 5.0, 10.0, 11.0]
+    assert sorted(v["freed"] + v["kept_slots"]) == list(range(100, 115))
+    assert v["req_to_token"][2][4:7] == [100, 101, 102] and v["req_to_token"][0][9] == 105
+    assert v["seq_lens"] == [7, 10, 8] == v["seq_lens_cpu"] and v["seq_lens_sum"] == 25
+
+
+def test_keep_and_free_indices_follow_the_chain_and_the_path(facts: dict) -> None:
+    ix = facts["indices"]
+    assert ix["chain_kept"] == [0, 1, 8, 9, 10] and ix["chain_freed"] == [2, 3, 4, 5, 6, 7, 11]
+    # tree width 9: request 0 keeps root, node 4 (slot 5), node 6 (slot 7); request 2 keeps 2 of its path
+    assert ix["tree_kept"] == [0, 5, 7, 9, 18, 19]
+    assert sorted(ix["tree_kept"] + ix["tree_freed"]) == list(range(27))
+
+
+def test_chain_verify_on_triton_needs_no_host_mask_unless_the_target_slides(facts: dict) -> None:
+    fast, upstream = facts["mask_policy"]["1"], facts["mask_policy"]["0"]
+    assert fast == {"triton": False, "triton_window": True, "flashinfer": False, "hybrid_triton": False}
+    assert upstream == {"triton": True, "triton_window": True, "flashinfer": False, "hybrid_triton": True}
+
+
+@pytest.mark.parametrize("case", ["bs3_budget8", "bs1_budget16_long", "bs2_budget32"])
+def test_tree_mask_kernel_equals_the_flat_mask_of_ddtree_utils(facts: dict, case: str) -> None:
+    got = facts["tree_mask"][case]
+    assert got["dtype"] == "torch.bool"
+    assert got["equal"], f"{case}: the kernel's flat mask differs from flatten_verify_mask's"

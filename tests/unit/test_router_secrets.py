@@ -1,0 +1,99 @@
+"""The router's API key reaches the replicas and nothing else: the real sglang-router, on 127.0.0.1.
+
+Real: `ddtree router` and the pinned sglang-router (requirements/dev.txt) it execs into; the replica is a
+bench_double server (a TEST DOUBLE of SGLang: real HTTP, SGLang's JSON shapes), because a real replica
+needs eight GPUs and the 600 GB model. While the router runs, its argv (/proc/PID/cmdline and `ps` over
+every process), its environment (/proc/PID/environ) and its whole log are searched for the key.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+from ddtree import router_cmd
+from ddtree.bench.client import Client
+from ddtree.errors import UserError
+from ddtree.router import list_replicas
+
+from tests.unit.bench_double import DoubleConfig, serve
+from tests.unit.test_router import STARTUP_S, _env, _free_port
+
+KEY = "rk-live-7f3a9c0e5b1d2468ROUTERSECRET"
+
+
+@pytest.mark.parametrize("given_as", ["DDTREE_API_KEY", "DDTREE_API_KEY_FILE"])
+def test_router_key_reaches_the_replica_but_no_argv_environment_or_log(tmp_path: Path, given_as: str) -> None:
+    key_file = tmp_path / "router-key"
+    key_file.write_text(KEY + "\n")
+    key_env = {given_as: str(key_file) if given_as.endswith("_FILE") else KEY}
+    port = _free_port()
+    with ExitStack() as stack:
+        replica_url, replica = stack.enter_context(serve(DoubleConfig(speculative_algorithm="DDTREE")))
+        env = _env(
+            tmp_path,
+            DDTREE_REPLICAS=replica_url,
+            DDTREE_ROUTER_HOST="127.0.0.1",
+            DDTREE_ROUTER_PORT=str(port),
+            DDTREE_ROUTER_POLICY="round_robin",
+            **key_env,
+            DDTREE_ROUTER_EXTRA_ARGS=(
+                f"--prometheus-host 127.0.0.1 --prometheus-port {_free_port()} --log-level debug "
+                "--health-check-interval-secs 1 --request-timeout-secs 30"
+            ),
+        )
+        log_path = tmp_path / "router.log"
+        log = stack.enter_context(log_path.open("w"))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ddtree.cli", "router"], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + STARTUP_S
+            while not (list_replicas(Client(url, timeout=2.0, api_key=KEY)) or [None])[0]:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"router not ready (rc {proc.poll()}): {log_path.read_text()[-2000:]}")
+                time.sleep(0.2)
+            request = {"text": "hi", "sampling_params": {"max_new_tokens": 4}}
+            Client(url, timeout=10.0, api_key=KEY).post_json("/generate", request)
+            cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode()
+            environ = Path(f"/proc/{proc.pid}/environ").read_bytes().decode(errors="replace")
+            ps = subprocess.run(["ps", "-eo", "pid,args", "--width", "99999"], capture_output=True, text=True)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+    assert "ddtree.router_launch" in cmdline or "sglang::router" in cmdline  # it is the router, after exec
+    assert f"Bearer {KEY}" in replica.authorizations  # the router got the key and sent it on
+    assert KEY not in cmdline and KEY not in ps.stdout
+    assert KEY not in environ and "DDTREE_API_KEY" not in environ  # neither variable is inherited
+    assert KEY not in log_path.read_text()
+
+
+SPELLINGS = ["--api-key", "--api-k", "--api-key=x", "--control-plane-api", "--contr"]
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_router_refuses_a_secret_option_in_any_spelling(spelling: str) -> None:
+    environ = {"DDTREE_REPLICAS": "http://gpu-1:30000", "DDTREE_ROUTER_EXTRA_ARGS": f"{spelling} leak-1234"}
+    with pytest.raises(UserError) as caught:
+        router_cmd.router_command(environ)
+    assert "DDTREE_API_KEY" in str(caught.value) and "leak-1234" not in str(caught.value)
+    with pytest.raises(UserError):
+        router_cmd.router_command({"DDTREE_REPLICAS": "http://gpu-1:30000"}, [spelling, "leak-1234"])
+
+
+def test_a_replica_url_with_a_password_is_refused_without_printing_it() -> None:
+    with pytest.raises(UserError) as caught:
+        router_cmd.router_command(
+            {"DDTREE_REPLICAS": "http://gpu-1:30000 http://admin:pw-0123456789@gpu-2:30000"}
+        )
+    assert "http://gpu-2:30000 carries user:password@" in str(caught.value)
+    assert "pw-0123456789" not in str(caught.value) and "admin" not in str(caught.value)
