@@ -67,7 +67,7 @@ def query_gpus(runner: Runner = run_nvidia_smi) -> list[Gpu]:
         raise UserError(f"no GPU visible: nvidia-smi lists no devices; {GPU_HINT}")
     gpus = []
     for row in rows:
-        parts = [p.strip() for p in row.split(",")]
+        parts = [p.strip() for p in row.rsplit(",", 2)]  # a name may hold commas; the last two fields do not
         if len(parts) != 3:
             raise UserError(f"unexpected nvidia-smi row {row!r}: expected name, compute_cap, driver_version")
         gpus.append(Gpu(*parts))

@@ -247,3 +247,18 @@ def test_generated_packages_import_or_fail_in_one_line(
             assert not out.exists(), sorted(out.rglob("*"))
         else:
             assert (out / "env" / "freeze.txt").is_file()
+
+
+@given(
+    text=st.text(max_size=200) | st.lists(st.text(max_size=20), max_size=4).map(", ".join),
+    tp=st.integers(1, 8),
+)
+def test_any_nvidia_smi_answer_in_the_image_is_a_gpu_list_or_one_line(text: str, tp: int) -> None:
+    """`ddtree serve`'s GPU check reads nvidia-smi through an injectable runner: any answer ends in GPUs
+    or one UserError line (a name with commas included)."""
+    from ddtree import gpu
+
+    try:
+        gpu.check_gpus(tp, "12.0", lambda argv: text, allow_arch_mismatch=False)
+    except UserError as exc:  # any other exception fails the test
+        assert str(exc).strip()
