@@ -53,7 +53,8 @@ class _RaisingParser(argparse.ArgumentParser):
 def sglang_parser() -> argparse.ArgumentParser | None:
     """SGLang's own server parser, or None where SGLang cannot be imported here."""
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        quiet = io.StringIO()  # SGLang's import warns about the platform (no GPU here, no Triton, ...)
+        with warnings.catch_warnings(), contextlib.redirect_stderr(quiet), contextlib.redirect_stdout(quiet):
             warnings.simplefilter("ignore")
             from sglang.srt.server_args import ServerArgs
     except Exception:  # not installed, or its imports fail without a GPU stack: the token fallback
