@@ -35,3 +35,24 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT
+
+
+def _hypothesis_profiles() -> None:
+    """Property tests (tests/unit/test_properties_*.py): `ci` bounds the examples so `make test` stays
+    fast; HYPOTHESIS_PROFILE=release runs 25x more before a release (see README, "Bad input")."""
+    import os
+
+    from hypothesis import HealthCheck, settings
+
+    # capsys is read and cleared by every run_cli, so sharing it between examples is safe
+    common = {
+        "deadline": None,
+        "suppress_health_check": [HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+        "derandomize": False,
+    }
+    settings.register_profile("ci", max_examples=40, **common)
+    settings.register_profile("release", max_examples=1000, **common)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+_hypothesis_profiles()

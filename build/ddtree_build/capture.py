@@ -87,7 +87,9 @@ class Capture:
 def _run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str] | None:
     """Run a probe; None when the program is missing or fails to start (recorded as absent)."""
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+        return subprocess.run(
+            argv, capture_output=True, text=True, errors="replace", timeout=timeout, check=False
+        )
     except (FileNotFoundError, PermissionError, subprocess.TimeoutExpired, OSError):
         return None
 

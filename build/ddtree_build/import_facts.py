@@ -4,17 +4,18 @@ facts, bench results -> the reference schema.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from ddtree.errors import UserError
-from ddtree.fsutil import sha256_file
+from ddtree.fsutil import read_text, sha256_file
+from ddtree.jsontext import load_file
 from ddtree.lockfile import Pin, parse_pins
 from ddtree.os_release import parse_os_release
 from ddtree.reference import validate_reference
 
+from ddtree_build import smi_capture
 from ddtree_build.freeze import render_freeze
 
 
@@ -27,14 +28,14 @@ def find_freeze(pkg: Path) -> Path:
 
 
 def _python_version(pkg: Path) -> str:
-    text = (pkg / "env" / "python.txt").read_text() if (pkg / "env" / "python.txt").is_file() else ""
+    text = _read(pkg, "env/python.txt")
     match = re.search(r"^version:\s*(\S+)", text, re.M)
     return match.group(1) if match else "unknown (not recorded in the package)"
 
 
 def import_freeze(pkg: Path) -> tuple[list[Pin], str]:
     path = find_freeze(pkg)
-    pins = parse_pins(path.read_text(encoding="utf-8"), str(path))
+    pins = parse_pins(read_text(path), str(path))
     if not pins:
         raise UserError(f"{path}: no pins")
     header = {
@@ -58,16 +59,8 @@ def system_facts(pkg: Path) -> dict[str, Any]:
     cuda = _read(pkg, "env/cuda.txt")
     nvcc = re.search(r"\bV(\d+\.\d+\.\d+)", cuda)
     cudart = re.search(r"libcudart\.so\.(\d+\.\d+\.\d+)", cuda)
-    rows = [
-        [cell.strip() for cell in line.split(",")]
-        for line in _read(pkg, "env/nvidia-smi.txt").splitlines()
-        if re.match(r"^\d+\s*,", line)
-    ]
-    gpus = {
-        "model": rows[0][1] if rows else None,
-        "count": len(rows),
-        "compute_capability": rows[0][5] if rows and len(rows[0]) > 5 else None,
-    }
+    smi = smi_capture.parse(_read(pkg, "env/nvidia-smi.txt"))
+    gpus = {"model": smi.model, "count": smi.count, "compute_capability": smi.compute_capability}
     return {
         "schema": 1,
         "source": f"imported from {pkg.name}",
@@ -77,7 +70,7 @@ def system_facts(pkg: Path) -> dict[str, Any]:
             "pretty_name": os_values.get("PRETTY_NAME"),
         },
         "cuda": {"nvcc": nvcc.group(1) if nvcc else None, "libcudart": cudart.group(1) if cudart else None},
-        "driver": rows[0][3] if rows and len(rows[0]) > 3 else None,
+        "driver": smi.driver,
         "gpus": gpus,
     }
 
@@ -95,10 +88,7 @@ def import_results(pkg: Path, out_path: Path) -> dict[str, Any] | None:
     files = sorted((pkg / "bench" / "results").glob("*.json")) if (pkg / "bench" / "results").is_dir() else []
     results, contexts, concurrency = [], set(), set()
     for path in files:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+        data = load_file(path, "fix or remove the results file")
         for index, run in enumerate(_runs(data)):
             figures = {
                 k: run[k]

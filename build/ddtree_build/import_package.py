@@ -28,7 +28,6 @@ written only with `--force` and no --out, so a test never overwrites the real on
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import tempfile
@@ -39,6 +38,7 @@ from typing import Any
 import yaml
 from ddtree.errors import UserError
 from ddtree.fsutil import atomic_write
+from ddtree.jsontext import JsonProblem, parse
 from ddtree.secret_rules import redact
 from ddtree.yamlfile import load_yaml
 
@@ -156,9 +156,10 @@ def _drafter_note(pkg: Path) -> list[str]:
     if not config.is_file():
         return [f"{pkg.name}/drafter/config.json: absent"]
     try:
-        block = json.loads(config.read_text()).get("block_size")
-    except json.JSONDecodeError:
-        return [f"{pkg.name}/drafter/config.json: not valid JSON"]
+        data = parse(config.read_bytes())
+    except (OSError, JsonProblem) as exc:
+        return [f"{pkg.name}/drafter/config.json: not readable JSON ({exc})"]
+    block = data.get("block_size") if isinstance(data, dict) else None
     return [f"drafter block_size {block} (DDTree's num-draft-tokens must match it)"] if block else []
 
 
@@ -180,6 +181,7 @@ def run_import(
             )
         out = paths.REPO_ROOT
     out = Path(out)
+    refuse_overlap(pkg, out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: is a file; give a folder")
     fresh = not out.exists() or not any(out.iterdir())
@@ -203,6 +205,23 @@ def run_import(
         raise
     shutil.rmtree(staging, ignore_errors=True)
     return report
+
+
+def refuse_overlap(pkg: Path, out: Path) -> None:
+    """`out` must not lie inside the package (the import would write into what it reads, and the package's
+    manifest would no longer match), nor the package inside what the import replaces (env/, patches/)."""
+    package, target = pkg.resolve(), out.resolve()
+    if target == package or package in target.parents:
+        raise UserError(
+            f"--out {out} is inside the package {pkg}: the import would write into the package it reads; "
+            "give a folder outside it"
+        )
+    for top in ("env", "patches"):
+        if package == target / top or (target / top) in package.parents:
+            raise UserError(
+                f"--out {out}: the package {pkg} lies in {target / top}, which the import replaces; "
+                "move the package elsewhere first"
+            )
 
 
 def _place(result: Path, out: Path, report: ImportReport) -> None:

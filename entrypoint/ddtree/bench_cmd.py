@@ -55,7 +55,10 @@ def _add_server_options(parser: argparse.ArgumentParser, api_default: str) -> No
         "those: a flag's value is visible to every user in `ps`)",
     )
     parser.add_argument(
-        "--timeout", type=arg_type(SECONDS), default=900.0, help="seconds per request (default 900)"
+        "--timeout",
+        type=arg_type(SECONDS),
+        default=900.0,
+        help="seconds one whole request may take, keep-alives included (default 900)",
     )
     parser.add_argument("--extra-body", type=_json_object, default={}, help="JSON merged into every request")
     parser.add_argument("--image-labels", help="JSON file of image labels (e.g. `docker inspect IMAGE`)")

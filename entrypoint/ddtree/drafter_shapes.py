@@ -25,13 +25,19 @@ from typing import Any
 from ddtree.errors import UserError
 
 
-def _int(config: dict[str, Any], key: str) -> int | None:
-    value = config.get(key)
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _fail(config_path: Path, problem: str) -> UserError:
     return UserError(f"drafter config {config_path} {problem}")
+
+
+def _positive(config: dict[str, Any], key: str, config_path: Path) -> int | None:
+    """A shape fact: absent (None, SGLang's default) or a positive int; anything else is an error, since
+    SGLang would build layers of that size (a string, a bool or a negative number is a broken config)."""
+    value = config.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise _fail(config_path, f"has {key} {value!r}: expected a positive int; download the config again")
+    return value
 
 
 def check_shapes(
@@ -42,11 +48,19 @@ def check_shapes(
     layer_ids: tuple[int, ...] | None,
     mask_token_id: Any,
     tp: int | None,
-    headers: Iterable[dict[str, Any]] = (),
+    shapes: Iterable[dict[str, list[int]]] = (),
 ) -> None:
-    """Raise a one-line UserError at the first fact SGLang would fail on; see the module docstring."""
-    hidden = _int(config, "hidden_size")
-    vocab = _int(config, "vocab_size")
+    """Raise a one-line UserError at the first fact SGLang would fail on; see the module docstring.
+    `shapes` are the shards' tensor name -> shape maps."""
+    hidden = _positive(config, "hidden_size", config_path)
+    vocab = _positive(config, "vocab_size", config_path)
+    heads = _positive(config, "num_attention_heads", config_path)
+    kv_heads = _positive(config, "num_key_value_heads", config_path) or heads
+    head_dim = _positive(config, "head_dim", config_path)
+    if mask_token_id is not None and (
+        not isinstance(mask_token_id, int) or isinstance(mask_token_id, bool) or mask_token_id < 0
+    ):
+        raise _fail(config_path, f"has mask_token_id {mask_token_id!r}: expected a token id (an int >= 0)")
     if hidden is not None and target_hidden is not None and hidden != target_hidden:
         raise _fail(
             config_path,
@@ -66,11 +80,7 @@ def check_shapes(
             f"has mask_token_id {mask_token_id}, outside the target's vocabulary of {target_vocab}: "
             "SGLang refuses it after loading; use the drafter trained for this target",
         )
-    heads = _int(config, "num_attention_heads")
-    kv_heads = _int(config, "num_key_value_heads") or heads
-    if heads is not None and heads < 1:
-        raise _fail(config_path, f"has num_attention_heads {heads}: expected a positive int")
-    if heads and hidden is not None and _int(config, "head_dim") is None and hidden % heads:
+    if heads and hidden is not None and head_dim is None and hidden % heads:
         raise _fail(
             config_path,
             f"has hidden_size {hidden} not divisible by num_attention_heads {heads} and no head_dim",
@@ -87,14 +97,15 @@ def check_shapes(
             f"has {kv_heads} KV heads, which neither divide nor are divided by TP {tp}: SGLang's DFlash "
             "attention asserts on it",
         )
-    if hidden is None or not layer_ids:
+    width = hidden if hidden is not None else target_hidden  # the drafter's width is the target's
+    if width is None or not layer_ids:
         return
-    want = [hidden, len(layer_ids) * hidden]
-    for header in headers:
-        entry = header.get("fc.weight")
-        if isinstance(entry, dict) and isinstance(entry.get("shape"), list) and entry["shape"] != want:
+    want = [width, len(layer_ids) * width]
+    for held in shapes:
+        shape = held.get("fc.weight")
+        if shape is not None and shape != want:
             raise _fail(
                 config_path,
                 f"captures {len(layer_ids)} target layers, so fc.weight must be {want}, but the drafter's "
-                f"weights hold {entry['shape']}: config and weights belong to different drafters",
+                f"weights hold {shape}: config and weights belong to different drafters",
             )

@@ -41,7 +41,7 @@ def run_command(prog: str, args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return interrupted(prog)
@@ -55,6 +55,12 @@ def run_cli(prog: str, build_parser: Callable[[], argparse.ArgumentParser], argv
     except KeyboardInterrupt:
         return interrupted(prog)
     return run_command(prog, args)
+
+
+def one_line(message: str) -> str:
+    """`message` with control characters escaped (`\\n`): a value quoted into it (a path or an environment
+    value with a newline) cannot split the one line an error is."""
+    return "".join(ch if ch >= " " and ch != "\x7f" else repr(ch)[1:-1] for ch in message)
 
 
 def interrupted(prog: str) -> int:

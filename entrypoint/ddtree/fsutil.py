@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -63,16 +64,42 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def read_text(path: Path, missing: str = "not found") -> str:
-    """The UTF-8 text of `path`; absent, a folder, unreadable or not UTF-8 is one UserError naming it
-    (`missing` follows "PATH: " when the file is absent: say what it is for)."""
+def require_regular_file(path: Path, what: str = "") -> None:
+    """Refuse what is not a regular file before opening it: a FIFO or a device would block a reader
+    forever (a config.json that is a pipe hangs `open`), a folder is not a file. Absent is left to the
+    caller (it knows what the file is for)."""
+    label = f"{what} {path}".strip()
     try:
-        return Path(path).read_text(encoding="utf-8")
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UserError(f"{label}: cannot be read ({exc.strerror}); check its permissions") from exc
+    if stat.S_ISDIR(mode):
+        raise UserError(f"{label}: is a folder, not a file; give the file's path")
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+        raise UserError(f"{label}: is {kind}, not a regular file; give the file itself")
+
+
+def decode_text(raw: bytes, label: str) -> str:
+    """UTF-8 text of bytes read from `label` (a file, a command's output); one UserError naming it."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{label}: not UTF-8 text (byte {exc.start}); give the text file") from exc
+
+
+def read_text(path: Path, missing: str = "not found") -> str:
+    """The UTF-8 text of `path`; absent, a folder, a FIFO or device, unreadable or not UTF-8 is one
+    UserError naming it (`missing` follows "PATH: " when the file is absent: say what it is for)."""
+    require_regular_file(Path(path))
+    try:
+        raw = Path(path).read_bytes()
     except FileNotFoundError as exc:
         raise UserError(f"{path}: {missing}") from exc
     except IsADirectoryError as exc:
         raise UserError(f"{path}: is a folder, not a file; give the file's path") from exc
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not UTF-8 text (byte {exc.start}); give the text file") from exc
     except OSError as exc:
         raise UserError(f"{path}: cannot be read ({exc.strerror}); check its permissions") from exc
+    return decode_text(raw, str(path))

@@ -46,7 +46,10 @@ def run_nvidia_smi(argv: Sequence[str]) -> str:
     if shutil.which(argv[0]) is None:
         raise UserError(f"no GPU visible: {argv[0]} is not on PATH in this container; {GPU_HINT}")
     try:
-        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=30, check=False)
+        # errors="replace": a driver's odd bytes must not become a traceback; the fields read are ASCII
+        done = subprocess.run(
+            list(argv), capture_output=True, text=True, errors="replace", timeout=30, check=False
+        )
     except subprocess.TimeoutExpired as exc:
         raise UserError("no GPU answer: nvidia-smi hung for 30 s; check the driver on the host") from exc
     if done.returncode != 0:
@@ -64,7 +67,7 @@ def query_gpus(runner: Runner = run_nvidia_smi) -> list[Gpu]:
         raise UserError(f"no GPU visible: nvidia-smi lists no devices; {GPU_HINT}")
     gpus = []
     for row in rows:
-        parts = [p.strip() for p in row.split(",")]
+        parts = [p.strip() for p in row.rsplit(",", 2)]  # a name may hold commas; the last two fields do not
         if len(parts) != 3:
             raise UserError(f"unexpected nvidia-smi row {row!r}: expected name, compute_cap, driver_version")
         gpus.append(Gpu(*parts))

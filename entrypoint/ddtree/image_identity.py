@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from ddtree.errors import UserError
+from ddtree.fsutil import decode_text
+from ddtree.jsontext import load_file, loads
 from ddtree.weights_lock import default_lock_path, lock_identity
 
 LABEL_FILES = (Path("/opt/ddtree/image-labels.json"), Path("/etc/ddtree/image-labels.json"))
@@ -41,19 +43,21 @@ def labels_from_json(data: Any, source: str) -> tuple[dict[str, str], str | None
     image_id = None
     if isinstance(data, list) and data and isinstance(data[0], dict):
         image_id = data[0].get("Id")
-        data = (data[0].get("Config") or {}).get("Labels") or {}
+        config = data[0].get("Config")
+        data = (config.get("Labels") if isinstance(config, dict) else None) or {}
     if not isinstance(data, dict):
         raise UserError(f"{source}: not a labels object or `docker image inspect` output")
-    return {str(k): str(v) for k, v in data.items()}, image_id
+    odd = next((k for k, v in data.items() if not isinstance(v, str)), None)
+    if odd is not None:
+        raise UserError(
+            f"{source}: label {odd!r} is {type(data[odd]).__name__}, not a string; give the baked labels "
+            "or `docker image inspect` output"
+        )
+    return dict(data), image_id if isinstance(image_id, str) else None
 
 
 def read_labels_file(path: Path) -> tuple[dict[str, str], str | None]:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UserError(
-            f"{path}: not readable JSON ({exc}); give the baked labels or `docker inspect` output"
-        ) from exc
+    data = load_file(Path(path), "give the baked labels or `docker inspect` output")
     return labels_from_json(data, str(path))
 
 
@@ -78,7 +82,7 @@ def local_labels(
 def docker_labels(ref: str, docker: str = "docker") -> tuple[dict[str, str], str | None]:
     """(labels, config id) of a local image, through `docker image inspect` (on the host)."""
     try:
-        done = subprocess.run([docker, "image", "inspect", ref], capture_output=True, text=True, timeout=60)
+        done = subprocess.run([docker, "image", "inspect", ref], capture_output=True, timeout=60)
     except FileNotFoundError as exc:
         raise UserError(
             f"--image {ref}: no docker client here; run this on the host, or pass --labels with "
@@ -86,9 +90,11 @@ def docker_labels(ref: str, docker: str = "docker") -> tuple[dict[str, str], str
             exit_code=2,
         ) from exc
     if done.returncode != 0:
-        reason = (done.stderr.strip().splitlines() or ["no answer"])[0]
+        reason = (done.stderr.decode("utf-8", "replace").strip().splitlines() or ["no answer"])[0]
         raise UserError(f"--image {ref}: docker image inspect failed ({reason})", exit_code=2)
-    return labels_from_json(json.loads(done.stdout), f"docker image inspect {ref}")
+    source = f"docker image inspect {ref}"
+    text = decode_text(done.stdout, source)
+    return labels_from_json(loads(text, source, "is the docker client a real one?"), source)
 
 
 def identity_labels(labels: Mapping[str, str]) -> dict[str, str]:

@@ -217,7 +217,7 @@ def run_live(
         report.verdict = verdict
         return report
 
-    status, body = client.get_text("/health", timeout=30)
+    status, body = client.get_text("/health", timeout=min(30.0, timeout))
     if status == 0:
         report.checks.append(
             LiveCheck(
@@ -419,8 +419,9 @@ def selfcheck_live(args: Any) -> int:
         "max_tokens": args.max_tokens,
         "api_key": api_key_from(os.environ),
         "n_runs": args.runs,
+        "timeout": args.timeout,
     }
-    routed = list_replicas(Client(args.live, timeout=30.0, api_key=settings["api_key"]))
+    routed = list_replicas(Client(args.live, timeout=min(30.0, args.timeout), api_key=settings["api_key"]))
     replicas = None if routed is None else [run_live(r.url, expectation, **settings) for r in routed]
     report = run_live(args.live, expectation, replicas=replicas, **settings)
     written = None

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddtree.errors import UserError
+from ddtree.fsutil import read_text
 
 if TYPE_CHECKING:
     from packaging.requirements import Requirement
@@ -228,11 +229,7 @@ def _check_duplicate(where: str, pin: Pin, pins: list[Pin]) -> None:
 def read_pins(path: Path) -> list[Pin]:
     """Pins of a file; a missing file is a UserError naming it."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise UserError(f"{path}: not found") from exc
-    return parse_pins(text, str(path))
+    return parse_pins(read_text(path), str(path))
 
 
 def read_lock(path: Path, environment: Mapping[str, str] | None = None) -> dict[str, str]:

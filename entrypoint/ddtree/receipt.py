@@ -33,7 +33,9 @@ from typing import Any
 
 from ddtree import __version__, gpu, image_identity
 from ddtree.errors import UserError
-from ddtree.fsutil import atomic_write
+from ddtree.fsutil import atomic_write, read_text
+from ddtree.jsonshape import NONE, MapOf, Required, problem
+from ddtree.jsontext import JsonProblem, parse
 
 SCHEMA = "ddtree-receipt/2"
 # The verdict a receipt of each kind must carry for `verify` to accept it.
@@ -245,20 +247,38 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
+# The fields `verify` reads (ddtree.jsonshape); a receipt of another shape is refused, naming the field.
+IMAGE_SHAPE = {"key": (str, NONE), "labels": (MapOf(str), NONE), "config_digest": (str, NONE)}
+SHAPE = {
+    "schema": Required(str),
+    "kind": Required(str),
+    "digest": Required(str),
+    "verdict": (str, NONE),
+    "checks": Required([{"name": Required(str), "status": Required(str), "detail": (str, NONE)}]),
+    "image": (IMAGE_SHAPE, NONE),
+    "served_image": (
+        {**IMAGE_SHAPE, "tree_sha256": (str, NONE), "tree_sha256_measured": (str, NONE)},
+        NONE,
+    ),
+}
+
+
 def load(path: Path) -> dict[str, Any]:
-    """The receipt; a key given twice or another schema version is a one-line rejection (exit 1)."""
+    """The receipt: UTF-8 JSON (depth-limited) of SHAPE, read through fsutil (absent, FIFO, not UTF-8:
+    one line, exit 2); a key given twice or another schema version is a one-line rejection (exit 1)."""
+    hint = "give a receipt written by `ddtree selfcheck --live` or `ddtree bench`"
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=_no_duplicates)
+        text = read_text(Path(path), f"not found; {hint}")
+    except UserError as exc:
+        raise UserError(str(exc), 2) from exc
+    try:
+        data = parse(text, object_pairs_hook=_no_duplicates)
     except DuplicateKey as exc:
         raise UserError(
             f"{path}: REJECTED: schema: key {exc.args[0]!r} is given twice", EXIT_REJECTED
         ) from exc
-    except FileNotFoundError as exc:
-        raise UserError(
-            f"{path}: not found; give a receipt written by `ddtree selfcheck --live` or `ddtree bench`", 2
-        ) from exc
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: not readable JSON ({exc})") from exc
+    except JsonProblem as exc:
+        raise UserError(f"{path}: not readable JSON ({exc}); {hint}") from exc
     schema = data.get("schema") if isinstance(data, dict) else None
     if isinstance(schema, str) and schema.startswith("ddtree-receipt/") and schema != SCHEMA:
         raise UserError(
@@ -268,6 +288,9 @@ def load(path: Path) -> dict[str, Any]:
         )
     if not is_receipt(data):
         raise UserError(f"{path}: not a ddtree receipt (no schema {SCHEMA})")
+    misfit = problem(data, SHAPE)
+    if misfit:
+        raise UserError(f"{path}: not a well-formed receipt ({misfit}); {hint}")
     return data
 
 

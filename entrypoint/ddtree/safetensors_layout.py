@@ -37,6 +37,12 @@ DTYPE_BITS: dict[str, int] = {
 }
 
 
+def _short(value: Any, width: int = 60) -> str:
+    """A value for a one-line message: its repr, cut short (a header may hold anything)."""
+    text = repr(value)
+    return text if len(text) <= width else text[:width] + "..."
+
+
 def tensor_bytes(dtype: str, shape: list[int]) -> int | None:
     """Bytes a tensor of `dtype` and `shape` needs; None when the bits do not fill whole bytes."""
     bits = DTYPE_BITS[dtype] * math.prod(shape)
@@ -49,6 +55,14 @@ def check_layout(header: dict[str, Any], label: str) -> tuple[int, int]:
     `label` names the file in messages (the path, and its link target when it is a link).
     """
     spans: list[tuple[int, int, str]] = []
+    metadata = header.get("__metadata__")
+    if metadata is None:  # absent or null: what the library reads as "no metadata"
+        metadata = {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise UserError(
+            f"shard {label} has a corrupt header: __metadata__ is not a map of strings "
+            f"({_short(metadata)}); copy it again"
+        )
     for name, entry in header.items():
         if name == "__metadata__":
             continue
@@ -59,7 +73,7 @@ def check_layout(header: dict[str, Any], label: str) -> tuple[int, int]:
             )
 
         if not isinstance(entry, dict):
-            raise corrupt(f"is {entry!r}, not a mapping")
+            raise corrupt(f"is {_short(entry)}, not a mapping")
         offsets = entry.get("data_offsets")
         if (
             not isinstance(offsets, list)
@@ -67,14 +81,14 @@ def check_layout(header: dict[str, Any], label: str) -> tuple[int, int]:
             or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in offsets)
             or offsets[0] > offsets[1]
         ):
-            raise corrupt(f"has data_offsets {offsets!r}")
+            raise corrupt(f"has data_offsets {_short(offsets)}")
         dtype, shape = entry.get("dtype"), entry.get("shape")
-        if dtype not in DTYPE_BITS:
-            raise corrupt(f"has unknown dtype {dtype!r}")
+        if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
+            raise corrupt(f"has unknown dtype {_short(dtype)}")
         if not isinstance(shape, list) or not all(
             isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in shape
         ):
-            raise corrupt(f"has shape {shape!r}")
+            raise corrupt(f"has shape {_short(shape)}")
         needed = tensor_bytes(dtype, shape)
         if needed is None:
             raise corrupt(f"has {dtype} x {shape}, which does not fill whole bytes")

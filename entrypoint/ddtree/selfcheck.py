@@ -29,7 +29,7 @@ from ddtree.checks import (
     report_dict,
     run_checks,
 )
-from ddtree.numbers import COUNT, FRACTION, arg_type
+from ddtree.numbers import COUNT, FRACTION, SECONDS, arg_type
 from ddtree.os_release import read_os_release
 from ddtree.smoke_models import ARCHES as SMOKE_ARCHES
 
@@ -150,6 +150,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-tokens", type=arg_type(COUNT), default=256, help="--live: tokens to generate (256)"
     )
     parser.add_argument("--reference", metavar="FILE", help="--live: reference results (env/reference)")
+    parser.add_argument(
+        "--timeout", type=arg_type(SECONDS), default=600.0,
+        help="--live: seconds one whole request may take, keep-alives included (600)",
+    )  # fmt: skip
     parser.add_argument(
         "--runs", type=arg_type(COUNT), default=3, help="--live: measured greedy runs (median, spread; 3)"
     )

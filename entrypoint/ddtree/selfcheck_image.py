@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import importlib.util
-import json
 import os
 import shutil
 import sys
@@ -37,6 +36,7 @@ from ddtree import gpu, image_identity, lockfile, serve, weights_hash, weights_l
 from ddtree.checks import CheckResult, Context, check, failed, passed, skipped
 from ddtree.errors import UserError
 from ddtree.fsutil import sha256_file
+from ddtree.jsontext import load_file
 
 IMAGE_LOCK = Path("/opt/ddtree/requirements.lock")
 SGLANG = "sglang"
@@ -122,7 +122,8 @@ def _manifest_json(root: Path) -> dict[str, Any] | None:
     path = manifest.default_dir(root) / manifest.JSON_NAME
     if not path.is_file():
         return None
-    return json.loads(path.read_text(encoding="utf-8"))
+    data = load_file(path, "a damaged patch manifest: re-apply the series (rebuild the image)")
+    return data if isinstance(data, dict) else None
 
 
 @check("patches")

@@ -8,7 +8,6 @@ the SBOM's weights-lock sha256 or patch series digest disagree with what is inst
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from ddtree import weights_lock
 from ddtree.checks import CheckResult, Context, check, failed, passed, skipped
 from ddtree.errors import UserError
+from ddtree.jsontext import load_file
 
 IMAGE_SBOM = Path("/opt/ddtree/sbom.cdx.json")
 PROP_ROLE = "io.ddtree:role"  # the property names build/ddtree_build/sbom.py writes
@@ -26,10 +26,7 @@ def _props(component: dict[str, Any]) -> dict[str, str]:
 
 
 def read_sbom(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"SBOM {path} cannot be read as JSON ({exc}): rebuild the image") from exc
+    data = load_file(path, "the SBOM cannot be read as JSON: rebuild the image")
     if not isinstance(data, dict) or data.get("bomFormat") != "CycloneDX":
         raise UserError(f"SBOM {path} is not a CycloneDX document: rebuild the image")
     return data

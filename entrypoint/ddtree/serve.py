@@ -70,7 +70,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddtree import gpu, jit_cache, numbers, targets, weights, weights_lock
+from ddtree import gpu, jit_cache, numbers, server_flags, targets, weights, weights_lock
 from ddtree.errors import UserError
 from ddtree.fsutil import read_text
 from ddtree.secret_rules import FULL_PREFIX_FLAGS, SECRET_PATTERN, SERVER_SECRET_FLAGS
@@ -188,6 +188,9 @@ class Launch:
     user_config: dict[str, Any] = field(default_factory=dict)
     # Variables to remove before exec (the baked target's, when DDTREE_TARGET=auto chose another profile).
     unset: tuple[str, ...] = ()
+    # SGLang's own reading of the final command line, {destination: value} (ddtree.server_flags); None
+    # where SGLang cannot be imported (then the tokens are read, aliases resolved).
+    parsed: dict[str, Any] | None = None
 
     @property
     def command(self) -> list[str]:
@@ -204,15 +207,20 @@ class Launch:
             ("--model-path", self.model_dir),
             ("--speculative-draft-model-path", self.drafter_dir),
         ):
-            if not _replace_value(args, flag, str(folder())) and _argv_value(from_config, flag):
-                args += [flag, str(folder())]  # given only in --config: the command line's value wins
+            if not _replace_value(args, flag, str(folder())) and (
+                _argv_value(from_config, flag) or self.value(flag) is not None
+            ):
+                args += [flag, str(folder())]  # given in --config or another spelling: the last value wins
         extra = [CONFIG_FLAG, config] if config else []
         return [sys.executable, "-m", SERVER_MODULE, *args, *extra]
 
     def value(self, flag: str) -> str | None:
-        """The value SGLang will use: the command line's last, else the --config file's."""
-        found = _argv_value(self.server_args, flag)
-        return found if found is not None else _argv_value(config_argv(self.user_config), flag)
+        """The value SGLang will use: its own parser's reading, else the command line's last (any spelling
+        of the option), else the --config file's."""
+        if self.parsed is not None:
+            return server_flags.value(self.parsed, flag)
+        found = _argv_value_any(self.server_args, flag)
+        return found if found is not None else _argv_value_any(config_argv(self.user_config), flag)
 
     def mounted_dir(self, role: str) -> Path:
         """The folder as given (--model-path / --speculative-draft-model-path, else the mount point)."""
@@ -374,17 +382,20 @@ def _without_config(argv: Sequence[str]) -> list[str]:
 
 
 def validate_values(argv: Sequence[str]) -> None:
-    """Every checked number in range and every checked flag with a value, each occurrence, one line."""
+    """Every checked flag with a value and, where SGLang's parser is not here to convert them (see
+    read_server_flags), every checked number in range: each occurrence and each spelling SGLang declares
+    for it (server_flags.ALIASES), one line."""
     for i, arg in enumerate(argv):
-        flag, eq, inline = arg.partition("=")
+        given, eq, inline = arg.partition("=")
+        flag = given if given in CHECKED_NUMBERS else server_flags.canonical(given)
         if flag not in CHECKED_NUMBERS and flag not in VALUE_FLAGS:
             continue
         value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else None)
         if value is None or (not eq and value.startswith("--")) or (flag in VALUE_FLAGS and not value):
-            raise UserError(f"{flag} needs a value: give it with {WHERE_SET}", exit_code=EXIT_CANNOT_RUN)
-        if flag in CHECKED_NUMBERS:
+            raise UserError(f"{given} needs a value: give it with {WHERE_SET}", exit_code=EXIT_CANNOT_RUN)
+        if flag in CHECKED_NUMBERS and not server_flags.available():  # else: SGLang's `32k` is 32768
             bounds, fix = CHECKED_NUMBERS[flag]
-            numbers.parse(value, flag, bounds, fix)
+            numbers.parse(value, given, bounds, fix)
 
 
 def plan(
@@ -416,6 +427,7 @@ def plan(
     validate_values(argv)
     config_path, user_config = read_user_config(argv)
     validate_values(config_argv(user_config))
+    parsed = read_server_flags(argv, user_config)
     argv, secrets = split_secrets(argv)
     if secrets and config_path is not None:
         argv = _without_config(argv)  # its values go into the in-memory config, with the secrets
@@ -428,7 +440,45 @@ def plan(
         secrets=secrets,
         user_config=user_config,
         unset=unset,
+        parsed=parsed,
     )
+
+
+# What the token fallback reads and so must not meet abbreviated (the secret options and --config are
+# spell_guarded_flags' own).
+FALLBACK_CHECKED = (*CHECKED_NUMBERS, "--model-path", "--speculative-draft-model-path", "--host")
+
+
+def read_server_flags(argv: Sequence[str], user_config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The final command line through SGLang's own parser (ddtree.server_flags), config tokens first as
+    SGLang merges them; every checked number is range-checked on the value SGLang will use, whatever the
+    spelling (alias, abbreviation, `=`, repeated). Without SGLang: None, after refusing abbreviations of
+    the checked options (the token checks cannot resolve them)."""
+    tokens = config_argv(user_config) + _without_config(argv)
+    parsed = server_flags.parse(tokens)
+    if parsed is None:
+        server_flags.refuse_abbreviations(tokens, FALLBACK_CHECKED)
+        return None
+    for flag, (bounds, fix) in CHECKED_NUMBERS.items():
+        value = server_flags.value(parsed, flag)
+        if value is not None:
+            numbers.parse(value, server_flags.spellings(flag), bounds, fix)
+    return parsed
+
+
+def _argv_value_any(argv: Sequence[str], flag: str) -> str | None:
+    """The last value given to `flag` under any of its spellings (server_flags.ALIASES), token by token."""
+    wanted = server_flags.canonical(flag)
+    value = None
+    for i, arg in enumerate(argv):
+        name, eq, inline = arg.partition("=")
+        if server_flags.canonical(name) != wanted:
+            continue
+        if eq:
+            value = inline
+        elif i + 1 < len(argv):
+            value = argv[i + 1]
+    return value
 
 
 def locked_revisions(environ: Mapping[str, str]) -> dict[str, str | None]:
@@ -530,6 +580,17 @@ def block_size_of(argv: Sequence[str]) -> int | None:
     return None
 
 
+def launch_block_size(launch: Launch) -> int | None:
+    """The drafter block size SGLang will use: its parser's reading, else the tokens (block_size_of)."""
+    if launch.parsed is None:
+        return block_size_of(launch.server_args)
+    for flag in BLOCK_SIZE_FLAGS:
+        value = launch.value(flag)
+        if value is not None:
+            return int(value)
+    return None
+
+
 def skipped_checks(environ: Mapping[str, str]) -> set[str]:
     names = {n.strip() for n in environ.get("DDTREE_SKIP_CHECKS", "").split(",") if n.strip()}
     unknown = names - set(CHECK_NAMES)
@@ -611,7 +672,7 @@ def check_drafter(launch: Launch, target: weights.ModelSummary | None) -> weight
     """The drafter against the profile's block size and, when the target was checked, its shape facts."""
     return weights.check_drafter(
         launch.drafter_dir(),
-        block_size_of(launch.server_args),
+        launch_block_size(launch),
         target.num_hidden_layers if target else None,
         env_var="DRAFTER_DIR or DDTREE_DRAFTER_DIR",
         target=target,
@@ -629,12 +690,11 @@ def warn_read_write(folder: Path, log: Callable[[str], None]) -> None:
 
 
 def tp_of(launch: Launch) -> int:
-    """The tensor-parallel size SGLang will use (--tp or --tp-size, else the profile's); range-checked."""
-    for flag in ("--tp", "--tp-size"):
-        value = launch.value(flag)
-        if value:
-            bounds, fix = CHECKED_NUMBERS[flag]
-            return int(numbers.parse(value, flag, bounds, fix))
+    """The tensor-parallel size SGLang will use (any spelling, else the profile's); range-checked."""
+    value = launch.value("--tp-size")
+    if value:
+        bounds, fix = CHECKED_NUMBERS["--tp-size"]
+        return int(numbers.parse(value, "--tp-size", bounds, fix))
     return launch.target.tensor_parallel
 
 

@@ -211,6 +211,9 @@ def _server_args(source: Path | str, data: Any) -> dict[str, ServerArgValue]:
     for flag in REQUIRED_SERVER_ARGS:
         if data.get(flag) in (None, False, ""):
             raise _fail(source, f"server_args.{flag}", "is required")
+    port = data.get("port")
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
+        raise _fail(source, "server_args.port", f"must be a port number 1..65535, got {port!r}")
     return dict(data)
 
 
@@ -256,6 +259,28 @@ def _cross_checks(source: Path | str, target: Target) -> None:
             )
 
 
+def _refuse_control_characters(source: Path | str, data: Any) -> None:
+    """No profile value holds a newline or another control character: values become Dockerfile ENV and
+    EXPOSE lines, shell-quoted commands and argv tokens, where a newline starts a new instruction. `origin`
+    (free provenance notes, rendered nowhere) may. Walked once per container (YAML aliases share them)."""
+    seen: set[int] = set()
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        key, item = stack.pop()
+        if isinstance(item, (dict, list)):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            for name, value in pairs:
+                path = f"{key}[{name}]" if isinstance(item, list) else (f"{key}.{name}" if key else str(name))
+                stack += [(path, name), (path, value)]
+        elif isinstance(item, str) and any(ord(c) < 32 or ord(c) == 127 for c in item):
+            raise _fail(
+                source, key, f"holds a control character (a newline, a tab...): {item!r}; keep it on one line"
+            )
+
+
 def validate_target(data: Any, source: Path | str) -> Target:
     """Schema-check parsed YAML; every error is one line naming the file and the key."""
     if not isinstance(data, dict):
@@ -279,6 +304,7 @@ def validate_target(data: Any, source: Path | str) -> Target:
         raise _fail(
             source, "interconnect", f"must be one of {', '.join(INTERCONNECTS)}, got {interconnect!r}"
         )
+    _refuse_control_characters(source, {k: v for k, v in data.items() if k != "origin"})
     target = Target(
         name=name,
         path=Path(source),

@@ -43,6 +43,7 @@ from typing import Any
 
 from ddtree.errors import UserError
 from ddtree.fsutil import atomic_write
+from ddtree.jsontext import load_file
 
 IDENTITY_FILE = Path("/opt/ddtree/tree-identity.json")
 LABEL = "io.ddtree.tree.sha256"
@@ -162,11 +163,11 @@ def read_patch_manifest(root: Path) -> dict[str, str]:
     path = root / PATCH_DIR / "manifest.json"
     if not path.is_file():
         return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: damaged patch manifest ({exc}); rebuild the image") from exc
-    return {str(k): str(v) for k, v in (data.get("files") or {}).items()}
+    data = load_file(path, "a damaged patch manifest: rebuild the image")
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, dict):
+        raise UserError(f"{path}: damaged patch manifest (no files map); rebuild the image")
+    return {str(k): str(v) for k, v in files.items()}
 
 
 def walk_files(folder: Path, prefix: str = "") -> Iterator[tuple[str, os.DirEntry[str]]]:
@@ -382,10 +383,7 @@ def read_identity(path: Path = IDENTITY_FILE) -> dict[str, Any] | None:
     """The identity the build wrote, or None when there is none (not in the image)."""
     if not path.is_file():
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: not JSON ({exc}); rebuild the image") from exc
+    data = load_file(path, "rebuild the image")
     if not isinstance(data, dict) or not data.get("digest"):
         raise UserError(f"{path}: no digest in it; rebuild the image")
     return data

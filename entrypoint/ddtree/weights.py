@@ -8,7 +8,7 @@ the data. `--full-hash` reads everything (weights_hash.py); `ddtree weights` is 
 
 from __future__ import annotations
 
-import json
+import os
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -17,6 +17,8 @@ from typing import Any
 
 from ddtree import drafter_shapes
 from ddtree.errors import UserError
+from ddtree.fsutil import require_regular_file
+from ddtree.jsontext import JsonProblem, parse
 from ddtree.safetensors_layout import check_layout
 from ddtree.weights_layout import dangling_link_error, link_note
 
@@ -33,6 +35,8 @@ class ShardInfo:
     path: Path
     tensors: int
     size: int
+    # tensor name -> shape, as the header states them (the index and the drafter's fc are checked on them)
+    shapes: dict[str, list[int]] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,11 @@ def require_folder(path: Path, role: str, env_var: str) -> None:
         empty = next(path.iterdir(), None) is None
     except PermissionError as exc:
         raise UserError(f"{role} folder {path} cannot be read ({exc.strerror}): fix its permissions") from exc
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise UserError(
+            f"{role} folder {path} cannot be entered (no read and execute permission for this user): "
+            "chmod a+rx it on the host"
+        )
     if empty:
         raise UserError(
             f"{role} folder {path} is empty: the mount points at the wrong host folder; "
@@ -88,16 +97,19 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
     dangling = dangling_link_error(path, what)
     if dangling is not None:
         raise dangling
+    require_regular_file(path, what)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = parse(path.read_bytes())
     except FileNotFoundError as exc:
         raise UserError(
             f"{what} {path} is missing: the folder is not a complete Hugging Face checkout"
         ) from exc
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except OSError as exc:
         raise UserError(
-            f"{what} {path}{link_note(path)} is not valid JSON ({exc}): download it again"
+            f"{what} {path}{link_note(path)} cannot be read ({exc.strerror}): fix its permissions"
         ) from exc
+    except JsonProblem as exc:
+        raise UserError(f"{what} {path}{link_note(path)}: {exc}; download it again") from exc
     if not isinstance(data, dict):
         raise UserError(f"{what} {path} is not a JSON object: download it again")
     return data
@@ -124,6 +136,7 @@ def read_header(path: Path) -> tuple[int, dict[str, Any]]:
     if dangling is not None:
         raise dangling
     label = f"{path}{link_note(path)}"
+    require_regular_file(path, "shard")
     try:
         with open(path, "rb") as handle:
             prefix = handle.read(8)
@@ -147,10 +160,14 @@ def read_header(path: Path) -> tuple[int, dict[str, Any]]:
         raise UserError(
             f"shard {label} is truncated inside its header ({len(raw)} of {header_len} bytes); copy it again"
         )
+    if not raw.lstrip(b" ").startswith(b"{"):
+        raise UserError(
+            f"shard {label} has a corrupt header (not JSON: it does not start with '{{'); copy it again"
+        )
     try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"shard {label} has a corrupt header (not JSON: {exc}); copy it again") from exc
+        header = parse(raw)
+    except JsonProblem as exc:
+        raise UserError(f"shard {label} has a corrupt header ({exc}); copy it again") from exc
     if not isinstance(header, dict):
         raise UserError(f"shard {label} has a corrupt header (not a JSON object); copy it again")
     return header_len, header
@@ -173,7 +190,8 @@ def check_shard(path: Path) -> ShardInfo:
             f"shard {label} has {actual - expected} bytes after its last tensor ({actual} != {expected}); "
             "the file is corrupt, copy it again"
         )
-    return ShardInfo(path=path, tensors=tensors, size=actual)
+    shapes = {name: entry["shape"] for name, entry in header.items() if name != "__metadata__"}
+    return ShardInfo(path=path, tensors=tensors, size=actual, shapes=shapes)
 
 
 def shard_paths(folder: Path) -> list[Path]:
@@ -188,20 +206,22 @@ def shard_paths(folder: Path) -> list[Path]:
         weight_map = index.get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise UserError(f"safetensors index {index_path} has no weight_map: download it again")
-        values = set(weight_map.values())
         bad = [
-            repr(n) for n in values if not isinstance(n, str) or n.startswith("/") or ".." in Path(n).parts
+            repr(n)
+            for n in weight_map.values()
+            if not isinstance(n, str) or not n or n.startswith("/") or ".." in Path(n).parts
         ]
         if bad:
             raise UserError(
                 f"safetensors index {index_path} names an unexpected shard {bad[0]}: download it again"
             )
-        paths = [folder / name for name in sorted(values)]
+        paths = [folder / name for name in sorted(set(weight_map.values()))]
         missing = [p for p in paths if not p.is_file()]
         for path in missing:
             dangling = dangling_link_error(path, "shard")
             if dangling is not None:
                 raise dangling
+            require_regular_file(path, "shard")  # there, but a FIFO, a device or a folder
         if missing:
             raise UserError(
                 f"shard {missing[0]} is missing ({len(missing)} of {len(paths)} shards listed in "
@@ -209,7 +229,8 @@ def shard_paths(folder: Path) -> list[Path]:
             )
         return paths
     single = folder / SINGLE_NAME
-    if single.is_file():
+    if single.exists():
+        require_regular_file(single, "shard")
         return [single]
     loose = sorted(folder.glob("*.safetensors"))
     if loose:
@@ -222,8 +243,27 @@ def shard_paths(folder: Path) -> list[Path]:
 
 
 def check_shards(paths: Iterable[Path]) -> tuple[ShardInfo, ...]:
-    """Fast check of every shard; headers are small, so one thread is plenty."""
-    return tuple(check_shard(p) for p in paths)
+    """Fast check of every shard; headers are small, so one thread is plenty. With an index beside
+    them, every tensor it names must be in the shard it names (a loader looks it up there)."""
+    shards = tuple(check_shard(p) for p in paths)
+    if shards:
+        check_index_against(shards[0].path.parent, shards)
+    return shards
+
+
+def check_index_against(folder: Path, shards: Iterable[ShardInfo]) -> None:
+    """Each weight_map entry names a tensor its shard's header holds; one line for the first that does not."""
+    index_path = folder / INDEX_NAME
+    if not index_path.exists():
+        return
+    weight_map = read_json(index_path, "safetensors index").get("weight_map") or {}
+    held = {shard.path.name: shard.shapes for shard in shards}
+    for tensor, shard_name in weight_map.items():
+        if shard_name in held and tensor not in held[shard_name]:
+            raise UserError(
+                f"safetensors index {index_path} puts tensor {tensor!r} in {shard_name}, whose header does "
+                "not hold it: index and shards come from different downloads; download both again"
+            )
 
 
 def read_target_config(
@@ -239,13 +279,32 @@ def read_target_config(
             f"target config {folder / 'config.json'} has model_type {model_type!r}, the target expects "
             f"{expected_model_type!r}: mount the right model (Kimi K2.6 is kimi_k25)"
         )
-    return ModelSummary(
-        path=folder,
-        model_type=str(model_type),
-        num_hidden_layers=num_hidden_layers(config),
-        hidden_size=config_int(config, "hidden_size"),
-        vocab_size=config_int(config, "vocab_size"),
-    )
+    if config.get("text_config") is not None and not isinstance(config["text_config"], dict):
+        raise UserError(
+            f"target config {folder / 'config.json'} has text_config {config['text_config']!r}: expected an "
+            "object; download the config again"
+        )
+    facts = {key: shape_fact(config, key, folder / "config.json") for key in SHAPE_FACTS}
+    return ModelSummary(path=folder, model_type=str(model_type), **facts)
+
+
+# The target's facts the drafter check compares: each absent, or a positive int.
+SHAPE_FACTS = ("num_hidden_layers", "hidden_size", "vocab_size")
+
+
+def shape_fact(config: dict[str, Any], key: str, config_path: Path) -> int | None:
+    """A size from the target config (top level or text_config); present but not a positive int is an
+    error, not a silently skipped check."""
+    for holder in (config, config.get("text_config")):
+        if isinstance(holder, dict) and holder.get(key) is not None:
+            value = holder[key]
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise UserError(
+                    f"target config {config_path} has {key} {value!r}: expected a positive int; "
+                    "download the config again"
+                )
+            return value
+    return None
 
 
 def check_target(folder: Path, expected_model_type: str | None, env_var: str = "MODEL_DIR") -> ModelSummary:
@@ -260,6 +319,31 @@ def _dflash_field(config: dict[str, Any], key: str) -> Any:
     if isinstance(nested, dict) and nested.get(key) is not None:
         return nested[key]
     return config.get(key)
+
+
+# What a folder mounted as the drafter is, by its config's architecture name (SGLang picks the model class
+# by that name): DFlash's is DFlashDraftModel; an EAGLE-3 drafter's names Eagle3; anything else is a model.
+DFLASH_ARCHITECTURE = "DFlashDraftModel"
+
+
+def recognise_dflash(config: dict[str, Any], config_path: Path) -> None:
+    """The drafter config names the DFlash architecture; otherwise say what the folder holds instead."""
+    names = config.get("architectures")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise UserError(
+            f"drafter config {config_path} has architectures {names!r}, not [{DFLASH_ARCHITECTURE!r}]: "
+            "not a DFlash drafter; mount the DFlash drafter (z-lab/Kimi-K2.6-DFlash)"
+        )
+    if any("dflash" in n.lower() for n in names):
+        return
+    if any("eagle" in n.lower() for n in names):
+        what = "an EAGLE drafter"
+    else:
+        what = f"a model of type {config.get('model_type')!r} (a target model?)"
+    raise UserError(
+        f"drafter config {config_path} has architectures {names}: {what}, not a DFlash drafter "
+        f"({DFLASH_ARCHITECTURE}); mount the DFlash drafter (z-lab/Kimi-K2.6-DFlash) as the drafter"
+    )
 
 
 def check_drafter(
@@ -281,6 +365,12 @@ def check_drafter(
     require_folder(folder, "drafter", env_var)
     config_path = folder / "config.json"
     config = read_json(config_path, "drafter config")
+    recognise_dflash(config, config_path)
+    if config.get("dflash_config") is not None and not isinstance(config["dflash_config"], dict):
+        raise UserError(
+            f"drafter config {config_path} has dflash_config {config['dflash_config']!r}: expected an object "
+            "(block_size, target_layer_ids, mask_token_id); download the config again"
+        )
     raw_block = _dflash_field(config, "block_size")
     model_block: int | None = None
     if raw_block is not None:
@@ -298,9 +388,14 @@ def check_drafter(
     raw_ids = _dflash_field(config, "target_layer_ids")
     layer_ids: tuple[int, ...] | None = None
     if raw_ids is not None:
-        if not isinstance(raw_ids, list) or not raw_ids or not all(isinstance(x, int) for x in raw_ids):
+        if (
+            not isinstance(raw_ids, list)
+            or not raw_ids
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in raw_ids)
+        ):
             raise UserError(
-                f"drafter config {config_path} has target_layer_ids {raw_ids!r}: expected a list of ints"
+                f"drafter config {config_path} has target_layer_ids {raw_ids!r}: expected a list of "
+                "layer numbers (ints >= 0)"
             )
         layer_ids = tuple(raw_ids)
         if target_layers is not None:
@@ -310,15 +405,12 @@ def check_drafter(
                     f"drafter config {config_path} captures target layer {outside[0]} but the target has "
                     f"{target_layers} layers (0..{target_layers - 1}): the drafter belongs to another model"
                 )
-    shards: tuple[ShardInfo, ...] = ()
-    paths: list[Path] = []
-    if (
-        (folder / INDEX_NAME).exists()
-        or (folder / SINGLE_NAME).is_symlink()
-        or (folder / SINGLE_NAME).exists()
-    ):
-        paths = shard_paths(folder)
-        shards = check_shards(paths)
+    shards = check_shards(shard_paths(folder))
+    if not any("fc.weight" in shard.shapes for shard in shards):
+        raise UserError(
+            f"drafter {folder} has no fc.weight in its weights: a DFlash drafter projects the target's "
+            "hidden states through fc; the weights belong to another model, mount the DFlash drafter"
+        )
     drafter_shapes.check_shapes(
         config,
         config_path,
@@ -327,6 +419,6 @@ def check_drafter(
         layer_ids=layer_ids,
         mask_token_id=_dflash_field(config, "mask_token_id"),
         tp=tp,
-        headers=(read_header(p)[1] for p in paths),
+        shapes=[shard.shapes for shard in shards],
     )
     return DrafterSummary(path=folder, block_size=model_block, target_layer_ids=layer_ids, shards=shards)

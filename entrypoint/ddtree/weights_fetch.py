@@ -30,7 +30,7 @@ from typing import Any, TextIO
 
 from ddtree import weights_lock
 from ddtree.errors import UserError
-from ddtree.fsutil import sha256_file
+from ddtree.fsutil import read_text, sha256_file
 
 EXIT_INCOMPLETE = 1
 PARTIAL_DIR = Path(".cache") / "ddtree-fetch"
@@ -49,10 +49,8 @@ class FetchReport:
 def read_token(token_file: str | None, environ: dict[str, str] | os._Environ[str]) -> str | None:
     """The Hub token from --token-file, else HF_TOKEN, else None (huggingface_hub's own login, if any)."""
     if token_file:
-        try:
-            token = Path(token_file).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise UserError(f"--token-file {token_file} cannot be read ({exc.strerror})") from exc
+        token = read_text(Path(token_file), "not found; --token-file names the Hugging Face token's file")
+        token = token.strip()
         if not token:
             raise UserError(f"--token-file {token_file} is empty: put the Hugging Face token in it")
         return token

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ddtree.errors import UserError
-from ddtree.fsutil import atomic_write, sha256_file
+from ddtree.fsutil import atomic_write, read_text, sha256_file
 from ddtree.weights import shard_paths
 
 HASH_CHUNK = 8 * 1024 * 1024
@@ -87,10 +87,7 @@ def hash_files(
 
 def read_manifest(path: Path) -> dict[str, str]:
     """`sha256  relative/path` lines (sha256sum's format; `*` binary marker and `./` accepted)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"weights manifest {path} cannot be read ({exc.strerror}): check --manifest") from exc
+    text = read_text(path, "not found; check --manifest (the weights manifest)")
     entries: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip() or line.lstrip().startswith("#"):

@@ -37,9 +37,12 @@ def is_hf_repo_cache(folder: Path) -> bool:
 
 
 def _ref(folder: Path, name: str = "main") -> str | None:
+    path = folder / "refs" / name
+    if not path.is_file():  # absent, or a FIFO that would block the read
+        return None
     try:
-        text = (folder / "refs" / name).read_text(encoding="utf-8").strip()
-    except OSError:
+        text = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
         return None
     return text if COMMIT.match(text) else None
 
@@ -53,9 +56,12 @@ def _snapshot_revision(folder: Path) -> str | None:
 
 def _local_dir_revision(folder: Path) -> str | None:
     """The commit `hf_hub_download(local_dir=...)` recorded for config.json (what `weights fetch` writes)."""
+    path = folder / LOCAL_DIR_METADATA / "config.json.metadata"
+    if not path.is_file():  # absent, or a FIFO that would block the read
+        return None
     try:
-        first = (folder / LOCAL_DIR_METADATA / "config.json.metadata").read_text(encoding="utf-8")
-    except OSError:
+        first = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
         return None
     line = first.splitlines()[0].strip() if first.strip() else ""
     return line if COMMIT.match(line) else None

@@ -128,7 +128,7 @@ def test_sse_parser_joins_multiline_data_and_skips_comments() -> None:
         def __init__(self, raw: bytes):
             self.lines = raw.splitlines(keepends=True)
 
-        def readline(self) -> bytes:
+        def read1(self, n: int = -1) -> bytes:
             return self.lines.pop(0) if self.lines else b""
 
     raw = b': keep-alive\n\ndata: {"a":\ndata: 1}\n\ndata:[DONE]\n\n'

@@ -297,9 +297,7 @@ def test_missing_manifest_is_reported_before_hashing(tmp_path: Path, capsys) -> 
     code, out, err = _cli(capsys, "weights", "hash", str(folder), "--manifest", str(tmp_path / "none.sha256"))
     assert code == 1 and out == []
     assert err == [
-        f"ddtree: error: weights manifest {tmp_path / 'none.sha256'} cannot be read "
-        "(No such file or directory): "
-        "check --manifest"
+        f"ddtree: error: {tmp_path / 'none.sha256'}: not found; check --manifest (the weights manifest)"
     ]  # no progress line: nothing was hashed
 
 

@@ -10,6 +10,10 @@ Three request kinds share one timing model:
 
 Why token counts come from the server and not from chunk counts: with speculative decoding one chunk
 often carries several tokens (the accepted draft plus the bonus token).
+
+A server is input like any other: every answer is parsed with a depth limit (ddtree.jsontext) and checked
+against the shape the code reads (ddtree.jsonshape) before a field is touched, and a request's timeout
+bounds the whole exchange (a watchdog closes the socket), so a stream of keep-alives cannot outlast it.
 """
 
 from __future__ import annotations
@@ -17,16 +21,64 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import socket
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ddtree.errors import UserError
+from ddtree.jsonshape import ANY, NONE, problem
+from ddtree.jsontext import JsonProblem, parse
 
 API_KINDS = ("generate", "completions", "chat")
+# A plain JSON answer longer than this is not one this client asked for (server info is a few kB).
+MAX_BODY_BYTES = 64 << 20
+# The fields the stream tracker reads, per dialect (ddtree.jsonshape): anything else in an event is refused.
+GENERATE_EVENT = {
+    "text": (str, NONE),
+    "output_ids": ([int], NONE),
+    "meta_info": (
+        {
+            "completion_tokens": (int, NONE),
+            "prompt_tokens": (int, NONE),
+            "spec_verify_ct": (int, NONE),
+            "spec_accept_length": (float, NONE),
+            "finish_reason": ANY,
+        },
+        NONE,
+    ),
+}
+META_INFO = ({"completion_tokens": (int, NONE), "spec_accept_length": (float, NONE)}, NONE)
+GENERATE_REPLY = {"text": (str, NONE), "meta_info": META_INFO}
+OPENAI_REPLY = {
+    "choices": (
+        [
+            {
+                "text": (str, NONE),
+                "message": ({"content": (str, NONE), "reasoning_content": (str, NONE)}, NONE),
+                "meta_info": META_INFO,
+            }
+        ],
+        NONE,
+    ),
+    "usage": ({"completion_tokens": (int, NONE)}, NONE),
+}
+OPENAI_EVENT = {
+    "choices": (
+        [
+            {
+                "text": (str, NONE),
+                "delta": ({"content": (str, NONE), "reasoning_content": (str, NONE)}, NONE),
+                "finish_reason": ANY,
+            }
+        ],
+        NONE,
+    ),
+    "usage": ({"completion_tokens": (int, NONE), "prompt_tokens": (int, NONE)}, NONE),
+}
 
 
 @dataclass
@@ -92,10 +144,25 @@ class Endpoint:
 
     @classmethod
     def parse(cls, url: str) -> Endpoint:
-        parsed = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+        hint = "give e.g. http://127.0.0.1:30000"
+        try:
+            parsed = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+            port = parsed.port  # raises on a port that is not a number in 0..65535
+        except ValueError as exc:
+            raise UserError(f"--url {url!r} is not a valid URL ({exc}); {hint}") from exc
+        if parsed.username is not None or parsed.password is not None:
+            shown = parsed._replace(netloc=f"****@{parsed.netloc.rpartition('@')[2]}").geturl()
+            raise UserError(
+                f"--url {shown} holds a user name or password, which this client never sends (and would "
+                "print): give the server's API key with DDTREE_API_KEY or --api-key instead"
+            )
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise UserError(f"--url {url!r} is not an http(s) URL; give e.g. http://127.0.0.1:30000")
-        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+            raise UserError(f"--url {url!r} is not an http(s) URL; {hint}")
+        if port == 0:
+            raise UserError(f"--url {url!r} has port 0; {hint}")
+        if any(c.isspace() or ord(c) < 32 for c in url):
+            raise UserError(f"--url {url!r} holds spaces or control characters; {hint}")
+        port = port or (443 if parsed.scheme == "https" else 80)
         base = parsed.path.rstrip("/")
         if base.endswith("/v1"):  # people paste the OpenAI base URL; the native routes live above it
             base = base[: -len("/v1")]
@@ -133,16 +200,26 @@ class Client:
         return headers
 
     def _exchange(self, method: str, route: str, body: str | None, timeout: float) -> tuple[int, str]:
-        """(status, body) of one request. Connection problems give status 0 and the error text."""
+        """(status, body) of one request, all of it within `timeout`. Connection problems, a timeout and
+        a body over MAX_BODY_BYTES give status 0 and the error text. The body never holds the API key.
+        No request outlasts the client's timeout (--timeout), whatever `timeout` its caller asks for."""
+        status, body = self._exchange_raw(method, route, body, min(timeout, self.timeout))
+        return status, self.redact(body)
+
+    def _exchange_raw(self, method: str, route: str, body: str | None, timeout: float) -> tuple[int, str]:
         conn = self.endpoint.connect(timeout)
-        try:
-            conn.request(method, self.endpoint.path(route), body, headers=self._headers())
-            resp = conn.getresponse()
-            return resp.status, resp.read().decode("utf-8", "replace")
-        except (OSError, http.client.HTTPException) as exc:
-            return 0, f"{type(exc).__name__}: {exc}"
-        finally:
-            conn.close()
+        with Deadline(conn, timeout) as deadline:
+            try:
+                conn.request(method, self.endpoint.path(route), body, headers=self._headers())
+                resp = conn.getresponse()
+                raw = read_body(resp, lambda: deadline.expired)
+            except (OSError, http.client.HTTPException) as exc:
+                return 0, deadline.explain(exc)
+            finally:
+                conn.close()
+        if deadline.expired:
+            return 0, deadline.explain(None)
+        return resp.status, raw.decode("utf-8", "replace")
 
     def get_text(self, route: str, timeout: float = 10.0) -> tuple[int, str]:
         """GET a route; (status, body). Connection problems give status 0 and the error text."""
@@ -152,34 +229,51 @@ class Client:
         """POST JSON; (status, body), never raising: for callers that judge every answer themselves."""
         return self._exchange("POST", route, json.dumps(payload), timeout)
 
-    def get_json(self, route: str, timeout: float = 10.0) -> Any | None:
-        return self.get_json_answer(route, timeout)[0]
+    def redact(self, text: str) -> str:
+        """`text` without the API key: a hostile or misconfigured server may echo the request's headers."""
+        return text.replace(self.api_key, "****") if self.api_key else text
 
-    def get_json_answer(self, route: str, timeout: float = 10.0) -> tuple[Any | None, str]:
+    def get_json(self, route: str, timeout: float = 10.0, schema: Any = ANY) -> Any | None:
+        return self.get_json_answer(route, timeout, schema)[0]
+
+    def get_json_answer(self, route: str, timeout: float = 10.0, schema: Any = ANY) -> tuple[Any | None, str]:
         """(decoded JSON or None, what the server answered in a few words): messages say what came back
-        (no connection, HTTP 500 and its body, a page that is not JSON), not only that nothing useful did."""
+        (no connection, HTTP 500 and its body, a page that is not JSON, JSON of another shape than
+        `schema`), not only that nothing useful did."""
         status, body = self.get_text(route, timeout)
         if status == 0:
             return None, f"GET {route}: no answer ({body})"
         if status != 200:
             return None, f"GET {route} -> HTTP {status}: {_snippet(body)}"
         try:
-            return json.loads(body), f"GET {route} -> HTTP 200 JSON"
-        except json.JSONDecodeError:
-            return None, f"GET {route} -> HTTP 200 but not JSON: {_snippet(body)}"
+            value = parse(body)
+        except JsonProblem as exc:
+            return None, f"GET {route} -> HTTP 200 but {exc.brief}: {_snippet(body)}"
+        if isinstance(schema, dict) and not isinstance(value, dict):
+            return None, f"GET {route} -> HTTP 200 JSON {type(value).__name__}, not an object"
+        misfit = problem(value, schema)
+        if misfit:
+            return None, f"GET {route} -> HTTP 200 JSON of another shape ({misfit})"
+        return value, f"GET {route} -> HTTP 200 JSON"
 
-    def post_json(self, route: str, payload: dict[str, Any], timeout: float | None = None) -> Any:
-        """POST JSON and decode the JSON answer; a non-200 answer raises RuntimeError with its body."""
-        conn = self.endpoint.connect(timeout or self.timeout)
+    def post_json(
+        self, route: str, payload: dict[str, Any], timeout: float | None = None, schema: Any = ANY
+    ) -> Any:
+        """POST JSON and decode the JSON answer. No answer, a non-200 answer, a body that is not JSON or
+        not of `schema`'s shape raises RuntimeError naming the route and what came back."""
+        status, body = self.post_text(route, payload, timeout or self.timeout)
+        if status == 0:
+            raise RuntimeError(f"POST {route}: no answer ({body})")
+        if status != 200:
+            raise RuntimeError(f"POST {route} -> HTTP {status}: {_snippet(body, 300)}")
         try:
-            conn.request("POST", self.endpoint.path(route), json.dumps(payload), self._headers())
-            resp = conn.getresponse()
-            body = resp.read().decode("utf-8", "replace")
-        finally:
-            conn.close()
-        if resp.status != 200:
-            raise RuntimeError(f"POST {route} -> HTTP {resp.status}: {body[:300]}")
-        return json.loads(body)
+            value = parse(body)
+        except JsonProblem as exc:
+            raise RuntimeError(f"POST {route} -> HTTP 200 but {exc.brief}: {_snippet(body)}") from exc
+        misfit = problem(value, schema)
+        if misfit:
+            raise RuntimeError(f"POST {route} -> HTTP 200 JSON of another shape ({misfit})")
+        return value
 
     # -- streaming generation ---------------------------------------------------------------
     def build_payload(self, req: GenerationRequest, stream: bool = True) -> tuple[str, dict[str, Any]]:
@@ -226,28 +320,38 @@ class Client:
         route, body = self.build_payload(req, stream=True)
         result = RequestResult(ok=False, start=time.perf_counter())
         conn = self.endpoint.connect(self.timeout)
+        deadline = Deadline(conn, self.timeout)
+        schema = GENERATE_EVENT if self.api == "generate" else OPENAI_EVENT
         try:
+            deadline.start()
             conn.request("POST", self.endpoint.path(route), json.dumps(body), self._headers(stream=True))
             resp = conn.getresponse()
             if resp.status != 200:
-                result.error = f"HTTP {resp.status}: {resp.read().decode('utf-8', 'replace')[:300]}"
+                result.error = f"HTTP {resp.status}: {resp.read(4096).decode('utf-8', 'replace')[:300]}"
                 return result
             tracker = _StreamTracker(self.api, result)
             ended = False
-            for data in iter_sse(resp):
+            for data in iter_sse(resp, lambda: deadline.expired):
                 now = time.perf_counter()
                 if data == "[DONE]":
                     ended = True
                     break
                 try:
-                    event = json.loads(data)
-                except json.JSONDecodeError:
-                    result.error = f"not JSON in the stream: {data[:120]!r}"
+                    event = parse(data)
+                except JsonProblem as exc:
+                    result.error = f"{exc} in the stream: {data[:120]!r}"
                     return result
                 if isinstance(event, dict) and event.get("error"):
                     result.error = f"server error in stream: {json.dumps(event['error'])[:300]}"
                     return result
+                misfit = problem(event, schema, "event")
+                if misfit:
+                    result.error = f"an event of another shape in the stream ({misfit}): {data[:120]!r}"
+                    return result
                 tracker.feed(event, now)
+            if deadline.expired:
+                result.error = deadline.explain(None)
+                return result
             tracker.finish()
             if not ended and result.finish_reason is None:
                 # Seen behind SGLang's router: a replica that dies mid-stream leaves a well-formed but
@@ -261,16 +365,58 @@ class Client:
             if not result.ok:
                 result.error = "the stream ended without any output token"
         except (OSError, http.client.HTTPException) as exc:
-            result.error = f"{type(exc).__name__}: {exc}"
+            result.error = deadline.explain(exc)
         finally:
+            deadline.cancel()
             result.end = time.perf_counter()
             conn.close()
+            if result.error:
+                result.error = self.redact(result.error)
         return result
 
     def complete(self, req: GenerationRequest) -> dict[str, Any]:
         """A non-streaming request; returns the server's JSON answer (used by HumanEval)."""
         route, body = self.build_payload(req, stream=False)
-        return self.post_json(route, body)
+        return self.post_json(route, body, schema=GENERATE_REPLY if self.api == "generate" else OPENAI_REPLY)
+
+
+class Deadline:
+    """Bounds a whole exchange: after `seconds` it shuts the connection's socket down, which ends any
+    read in progress. A socket timeout alone bounds each read, so a server that sends a keep-alive every
+    few seconds, or one byte at a time, would hold a request open for ever."""
+
+    def __init__(self, conn: http.client.HTTPConnection, seconds: float):
+        self.conn = conn
+        self.seconds = seconds
+        self.expired = False
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def _expire(self) -> None:
+        self.expired = True
+        sock = self.conn.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def start(self) -> None:
+        self._timer.start()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def __enter__(self) -> Deadline:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cancel()
+
+    def explain(self, exc: BaseException | None) -> str:
+        """Why the exchange ended: the timeout when it expired, else the connection error."""
+        if self.expired:
+            return f"no complete answer within the timeout of {self.seconds:g} s (--timeout)"
+        return f"{type(exc).__name__}: {exc}" if exc is not None else "the connection ended"
 
 
 def _snippet(body: str, width: int = 120) -> str:
@@ -279,13 +425,12 @@ def _snippet(body: str, width: int = 120) -> str:
     return repr(text if len(text) <= width else text[:width] + "...") if text else "(empty body)"
 
 
-def iter_sse(resp: http.client.HTTPResponse) -> Iterator[str]:
-    """Yield each server-sent event's data (multi-line data joined with newlines)."""
+def iter_sse(resp: http.client.HTTPResponse, expired: Callable[[], bool] = lambda: False) -> Iterator[str]:
+    """Yield each server-sent event's data (multi-line data joined with newlines). Reads with `read1`
+    (what has arrived, at most one socket read) and asks `expired` before each read, so keep-alives or
+    one byte at a time cannot hold it past a deadline; a line over MAX_BODY_BYTES is refused."""
     lines: list[str] = []
-    while True:
-        raw = resp.readline()
-        if not raw:
-            break
+    for raw in _lines(resp, expired):
         line = raw.decode("utf-8", "replace").rstrip("\r\n")
         if not line:
             if lines:
@@ -298,6 +443,41 @@ def iter_sse(resp: http.client.HTTPResponse) -> Iterator[str]:
             lines.append(line[5:].removeprefix(" "))
     if lines:
         yield "\n".join(lines)
+
+
+def _lines(resp: http.client.HTTPResponse, expired: Callable[[], bool]) -> Iterator[bytes]:
+    pending = b""
+    while not expired():
+        try:
+            chunk = resp.read1(1 << 16)
+        except http.client.IncompleteRead:  # the stream was cut: judged by what came (no [DONE])
+            break
+        if not chunk:
+            break
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        yield from complete
+        if len(pending) > MAX_BODY_BYTES:
+            raise http.client.HTTPException(f"a stream line longer than {MAX_BODY_BYTES >> 20} MiB")
+    if pending and not expired():
+        yield pending
+
+
+def read_body(
+    resp: http.client.HTTPResponse, expired: Callable[[], bool], limit: int = MAX_BODY_BYTES
+) -> bytes:
+    """The whole body, read as it arrives while `expired` says no; a body over `limit` raises."""
+    parts: list[bytes] = []
+    size = 0
+    while not expired():
+        chunk = resp.read1(1 << 16)
+        if not chunk:
+            break
+        parts.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise http.client.HTTPException(f"the answer is longer than {limit >> 20} MiB")
+    return b"".join(parts)
 
 
 class _StreamTracker:

@@ -16,13 +16,13 @@ measurement; exit 4).
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from ddtree.bench.report import accept_value, cell_median
 from ddtree.errors import UserError
+from ddtree.jsontext import load_file
 from ddtree.reference import Range, Reference, default_reference_path, load_reference
 
 EXIT_FAIL = 3
@@ -65,12 +65,11 @@ def load_json(path: Path) -> dict[str, Any]:
             if (path / name).is_file():
                 path = path / name
                 break
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise UserError(f"{path}: not found; give a results.json written by `ddtree bench`") from exc
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: not readable JSON ({exc})") from exc
+    data = load_file(
+        path,
+        "give a results.json written by `ddtree bench`",
+        "not found; give a results.json written by `ddtree bench`",
+    )
     data = _unwrap_receipt(data, path)
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("ddtree-bench/"):
         raise UserError(f"{path}: not a `ddtree bench` result (no schema ddtree-bench/1)")

@@ -27,6 +27,7 @@ from ddtree.bench.stats import describe
 from ddtree.bench.sweep import SCHEMA, now_iso
 from ddtree.errors import UserError
 from ddtree.fsutil import atomic_write, sha256_file
+from ddtree.jsontext import JsonProblem, parse
 
 CHAT_TEMPLATE = (
     "Complete the following Python function. Answer with the complete function, signature "
@@ -67,12 +68,14 @@ def load_problems(
             for number, line in enumerate(handle, start=1):
                 if not line.strip():
                     continue
-                problem = json.loads(line)
+                problem = parse(line)
+                if not isinstance(problem, dict):
+                    raise UserError(f"{path}:{number}: not a JSON object; give HumanEval jsonl")
                 missing = {"task_id", "prompt", "test", "entry_point"} - problem.keys()
                 if missing:
                     raise UserError(f"{path}:{number}: missing {', '.join(sorted(missing))}")
                 problems.append(problem)
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, EOFError, JsonProblem) as exc:
         raise UserError(f"--problems {path}: not HumanEval jsonl ({exc})") from exc
     if task_ids:
         wanted = set(task_ids)
@@ -162,24 +165,26 @@ class HumanEvalRun:
         """Records already written (a torn last line from a crash is ignored and asked again)."""
         records: dict[tuple[str, int], dict[str, Any]] = {}
         if self.records_path.exists():
-            for line in self.records_path.read_text(encoding="utf-8").splitlines():
+            for line in self.records_path.read_text(encoding="utf-8", errors="replace").splitlines():
                 try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
+                    record = parse(line)
+                except JsonProblem:
                     continue
-                records[(record["task_id"], record["sample"])] = record
+                usable = isinstance(record, dict) and isinstance(record.get("task_id"), str)
+                if usable and isinstance(record.get("sample"), int):
+                    records[(record["task_id"], record["sample"])] = record
         return records
 
     def repair(self) -> None:
         """Drop a torn last line (a crash mid-append) so new records start on a line of their own."""
         if not self.records_path.exists():
             return
-        text = self.records_path.read_text(encoding="utf-8")
+        text = self.records_path.read_text(encoding="utf-8", errors="replace")
         good = []
         for line in text.splitlines():
             try:
-                json.loads(line)
-            except json.JSONDecodeError:
+                parse(line)
+            except JsonProblem:
                 continue
             good.append(line)
         repaired = "".join(f"{line}\n" for line in good)

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from ddtree.bench.client import Client
 from ddtree.errors import UserError
+from ddtree.jsonshape import Required
 
 CHARS_PER_TOKEN = 3.6  # approx fallback only: typical for English prose + code with BPE vocabularies
 INSTRUCTION = "\n\nExplain what the code above does, then write unit tests for it."
@@ -114,22 +115,24 @@ class ServerTokenizer:
         self.name = "server"
         self.prefix: list[int] = []
 
-    def _post(self, route: str, payload: dict[str, Any]) -> Any:
-        """POST to the first server that answers; the last one's error when none does."""
+    def _post(self, route: str, payload: dict[str, Any], schema: Any) -> Any:
+        """POST to the first server that answers in `schema`'s shape; the last one's error when none does."""
         *others, last = [self.client, *self.fallbacks]
         for client in others:
             try:
-                return client.post_json(route, payload, 120)
+                return client.post_json(route, payload, min(120.0, client.timeout), schema)
             except (OSError, RuntimeError, http.client.HTTPException):
                 continue
-        return last.post_json(route, payload, 120)
+        return last.post_json(route, payload, min(120.0, last.timeout), schema)
 
     def encode(self, text: str) -> list[int]:
-        answer = self._post("/v1/tokenize", {"prompt": text, "add_special_tokens": False})
+        answer = self._post(
+            "/v1/tokenize", {"prompt": text, "add_special_tokens": False}, {"tokens": Required([int])}
+        )
         return [int(t) for t in answer["tokens"]]
 
     def decode(self, ids: list[int]) -> str:
-        return str(self._post("/v1/detokenize", {"tokens": ids})["text"])
+        return self._post("/v1/detokenize", {"tokens": ids}, {"text": Required(str)})["text"]
 
     @classmethod
     def problem(cls, client: Client) -> str | None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from ddtree.bench.client import Client
 from ddtree.errors import UserError
+from ddtree.jsonshape import ANY, NONE
 from ddtree.router import Replica, list_replicas
 
 # /server_info keys worth keeping (the full dump is large and holds paths and ports).
@@ -34,6 +35,11 @@ SERVER_KEYS = (
 )
 
 
+# The fields read from /server_info and /v1/models (ddtree.jsonshape): another shape is "not SGLang".
+SERVER_INFO = {"internal_states": ([ANY], NONE)}
+MODELS = {"data": ([{"id": ANY}], NONE)}
+
+
 def fetch_server_info(client: Client) -> Any | None:
     """The server's info dump: /server_info, else the deprecated /get_server_info (0.5.13.post1 has both)."""
     return server_info_answer(client)[0]
@@ -41,12 +47,12 @@ def fetch_server_info(client: Client) -> Any | None:
 
 def server_info_answer(client: Client) -> tuple[Any | None, str]:
     """(the info dump or None, what /server_info answered): the reason names the status and body seen."""
-    info, answer = client.get_json_answer("/server_info")
+    info, answer = client.get_json_answer("/server_info", schema=SERVER_INFO)
     if isinstance(info, dict):
         return info, answer
     if info is not None:
         answer = f"GET /server_info -> HTTP 200 JSON {type(info).__name__}, not an object"
-    fallback = client.get_json("/get_server_info")
+    fallback = client.get_json("/get_server_info", schema=SERVER_INFO)
     return (fallback if isinstance(fallback, dict) else None), answer
 
 
@@ -88,7 +94,7 @@ def probe_server(client: Client) -> dict[str, Any]:
     model_info = client.get_json("/model_info") or client.get_json("/get_model_info")
     if isinstance(model_info, dict):
         info["model_info"] = {k: model_info.get(k) for k in ("model_path", "tokenizer_path", "model_type")}
-    models, models_answer = client.get_json_answer("/v1/models")
+    models, models_answer = client.get_json_answer("/v1/models", schema=MODELS)
     if isinstance(models, dict) and models.get("data"):
         info["model_id"] = models["data"][0].get("id")
         if info["kind"] == "unknown":

@@ -29,6 +29,7 @@ from ddtree.bench.serverinfo import configuration_fingerprint, scrape_accept_len
 from ddtree.bench.stats import describe
 from ddtree.errors import UserError
 from ddtree.fsutil import atomic_write
+from ddtree.jsontext import JsonProblem, load_file, parse
 
 SCHEMA = "ddtree-bench/1"
 
@@ -67,11 +68,17 @@ def cell_name(context: int, concurrency: int) -> str:
 
 def _complete_cell(path: Path) -> dict[str, Any] | None:
     """A finished cell's record; None when absent, damaged (measured again) or incomplete."""
+    cell = _read_cell(path)
+    return cell if cell is not None and cell.get("complete") else None
+
+
+def _read_cell(path: Path) -> dict[str, Any] | None:
+    """A cell file as an object; None when unreadable, damaged or not an object (it is measured again)."""
     try:
-        cell = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        cell = parse(path.read_bytes())
+    except (OSError, JsonProblem):
         return None
-    return cell if cell.get("complete") else None
+    return cell if isinstance(cell, dict) else None
 
 
 class RunStore:
@@ -85,10 +92,9 @@ class RunStore:
         """Create run.json, or check that an existing one matches (resume). Returns the manifest in force."""
         path = self.out_dir / "run.json"
         if path.exists():
-            try:
-                old = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                raise UserError(f"{path}: unreadable ({exc}); remove it or choose another --out") from exc
+            old = load_file(path, "remove it or choose another --out")
+            if not isinstance(old, dict):
+                raise UserError(f"{path}: not a run manifest; remove it or choose another --out")
             for key in ("settings", "server_fingerprint", "prompt_method"):
                 if old.get(key) != manifest.get(key):
                     raise UserError(
@@ -119,13 +125,15 @@ class RunStore:
         """Cells measured with failed requests (kept out of `cells`, measured again on resume), counted."""
         found = []
         for path in sorted(self.cells_dir.glob("ctx*-conc*.json")):
-            try:
-                cell = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError):
+            cell = _read_cell(path)
+            if cell is None or cell.get("complete"):
                 continue
-            if cell.get("complete"):
-                continue
-            failed = [r for r in cell.get("requests") or [] if not r.get("ok")]
+            requests = cell.get("requests")
+            failed = (
+                [r for r in requests if isinstance(r, dict) and not r.get("ok")]
+                if isinstance(requests, list)
+                else []
+            )
             found.append(
                 {
                     "context": cell["context"],

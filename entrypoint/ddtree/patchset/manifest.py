@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from ddtree import __version__
 from ddtree.errors import UserError
+from ddtree.fsutil import read_text
+from ddtree.jsontext import JsonProblem, parse
 
 if TYPE_CHECKING:
     from ddtree.patchset.series import Series
@@ -65,17 +67,15 @@ def json_text(data: dict) -> str:
 
 def read_json(folder: Path) -> dict:
     path = folder / JSON_NAME
+    text = read_text(
+        path,
+        "no patch manifest; this tree was not patched by `python -m ddtree.patchset apply` "
+        "(or pass --series to verify against patches/series.yaml)",
+    )
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(
-            f"{path}: no patch manifest; this tree was not patched by `python -m ddtree.patchset apply` "
-            "(or pass --series to verify against patches/series.yaml)"
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise UserError(
-            f"{path}: damaged manifest ({exc.msg} at line {exc.lineno}); re-apply the series"
-        ) from None
+        data = parse(text)
+    except JsonProblem as exc:
+        raise UserError(f"{path}: damaged manifest ({exc}); re-apply the series") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("files"), dict):
         raise UserError(f"{path}: unknown manifest format; re-apply the series with this ddtree version")
     return data
