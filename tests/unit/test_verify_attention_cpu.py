@@ -136,14 +136,17 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from sglang.srt.layers.attention.triton_ops import verify_attention as va
 
+INDEX_DTYPES = ("i32:i32", "i64:i32", "i32:i64")
 SHAPES = {"pair": (64, 64, 2, 17), "kimi_tp8_mla": (576, 512, 8, 17)}  # lq, lv, query heads per KV head, N
 POINTERS = {"Q": "*bf16", "K_Extend": "*bf16", "V_Extend": "*bf16", "K_Buffer": "*bf16", "V_Buffer": "*bf16",
             "Out": "*bf16", "Mid_O": "*fp32", "Mid_Lse": "*fp32", "qo_indptr": "*i32", "kv_indptr": "*i32",
             "kv_indices": "*i64", "mask_ptr": "*u8", "mask_indptr": "*i64", "sm_scale": "fp32",
             "k_scale": "fp32", "v_scale": "fp32"}
 
-def build(fn, arch, constexprs, warps):
-    sig = {p: POINTERS.get(p, "constexpr" if p in constexprs else "i32") for p in fn.arg_names}
+def build(fn, arch, constexprs, warps, index="i32:i32"):
+    qo, kv = index.split(":")
+    pointers = {**POINTERS, "qo_indptr": "*" + qo, "kv_indptr": "*" + kv}
+    sig = {p: pointers.get(p, "constexpr" if p in constexprs else "i32") for p in fn.arg_names}
     options = {"num_warps": warps, "num_stages": 1}
     source = ASTSource(fn=fn, signature=sig, constexprs=constexprs)
     kernel = triton.compile(source, target=GPUTarget("cuda", int(arch), 32), options=options)
@@ -155,19 +158,25 @@ for arch in sys.argv[1:]:
         dmodel, dpe, dv, block_m, block_n, warps = va.verify_block_sizes(lq, lv)
         block_m = max(16, min(block_m, triton.next_power_of_2(tokens * group)))
         sizes = dict(Lq=lq, Lv=lv, BLOCK_DMODEL=dmodel, BLOCK_DPE=dpe, BLOCK_DV=dv, BLOCK_N=block_n)
-        for mask in (True, False):
-            result[f"{arch}:{shape}:partial:{mask}"] = build(va._verify_partial_kernel, arch, dict(
-                KV_GROUP_NUM=group, NUM_M_BLOCKS=triton.cdiv(tokens * group, block_m), LOGIT_CAP=0.0,
-                USE_CUSTOM_MASK=mask, IS_CAUSAL=True, BLOCK_M=block_m, **sizes), warps)
-        result[f"{arch}:{shape}:reduce"] = build(va._verify_reduce_kernel, arch, dict(
-            SPLIT_BLOCK=va.split_block(dv), Lv=lv, BLOCK_DV=dv, BLOCK_N=block_n), 4 if dv <= 128 else 8)
+        # qo_indptr:kv_indptr dtypes, mixed too (an int32/int64 merge inside the kernel failed to compile in
+        # the served DFLASH verify on the H200; the int32-only compile had passed)
+        for index in INDEX_DTYPES:
+            for mask in (True, False):
+                key = f"{arch}:{shape}:partial:{mask}:{index}"
+                result[key] = build(va._verify_partial_kernel, arch, dict(
+                    KV_GROUP_NUM=group, NUM_M_BLOCKS=triton.cdiv(tokens * group, block_m), LOGIT_CAP=0.0,
+                    USE_CUSTOM_MASK=mask, IS_CAUSAL=True, BLOCK_M=block_m, **sizes), warps, index)
+            result[f"{arch}:{shape}:reduce:{index}"] = build(va._verify_reduce_kernel, arch, dict(
+                SPLIT_BLOCK=va.split_block(dv), Lv=lv, BLOCK_DV=dv, BLOCK_N=block_n), 4 if dv <= 128 else 8,
+                index)
 print("VERIFY-COMPILE " + json.dumps(result))
 """
 SHARED_MEMORY_LIMIT = {"120": 101376}  # bytes per block; sm_90/100/103: 232448
 COMPILED = [
-    f"{shape}:{kernel}"
+    f"{shape}:{kernel}:{index}"
     for shape in ("pair", "kimi_tp8_mla")
     for kernel in ("partial:True", "partial:False", "reduce")
+    for index in ("i32:i32", "i64:i32", "i32:i64")
 ]
 
 
