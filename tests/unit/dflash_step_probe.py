@@ -15,14 +15,8 @@ import traceback
 import types
 
 import torch
-
-
-def _assign_reference(req_pool_indices, req_to_token, start, end, out_cache_loc, bs) -> None:
-    offset = 0
-    for i in range(bs):
-        s, e = int(start[i]), int(end[i])
-        req_to_token[int(req_pool_indices[i]), s:e] = out_cache_loc[offset : offset + e - s]
-        offset += e - s
+from ddtree_sglang_probe import _assign_req_to_token_reference as _assign_reference
+from ddtree_sglang_probe import _Req  # the Req attributes verify() touches, finishing after max_new tokens
 
 
 def _with_fast_step(value: str, fn):
@@ -94,24 +88,6 @@ def _compact_facts() -> dict:
             "kernel_module": host._triton() is not None,
         }
     return out
-
-
-class _Req:
-    def __init__(self, max_new: int):
-        self.output_ids: list[int] = []
-        self.origin_input_ids = [5]
-        self.grammar = None
-        self.max_new = max_new
-        self.spec_verify_ct = 0
-        self.spec_num_correct_drafts = 0
-        self.kv_committed_len = 0
-        self.kv_allocated_len = 0
-
-    def update_finish_state(self) -> None:
-        pass
-
-    def finished(self) -> bool:
-        return len(self.output_ids) >= self.max_new
 
 
 def _dflash_verify_once() -> dict:
