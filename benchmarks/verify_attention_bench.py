@@ -25,12 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.gpu_timing import time_graph
 from tests.verify_attention_cases import VerifyCase, make_case
 
 SHAPES = {
@@ -40,29 +40,6 @@ SHAPES = {
 DECODE_KV_SPLITS = 8
 MAX_DIFFERENCE = 0.02
 COLUMNS = ("bs", "context", "old", "new", "speedup", "decode", "roofline", "new/roof")
-
-
-def time_graph(fn: Callable[[], object], iters: int = 50) -> float:
-    """Microseconds per replay of fn captured in a CUDA graph."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    for _ in range(5):
-        graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1000.0 / iters
 
 
 def _output(case: VerifyCase) -> torch.Tensor:

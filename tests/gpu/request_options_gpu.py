@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks.gpu_timing import time_eager
 from tests.unit import request_options_probe as probe
 
 KIMI_VOCAB = 163840
@@ -148,16 +149,7 @@ def no_sync_and_graph(bs: int = 8, size: int = 17, vocab: int = 32000) -> dict:
 
 
 def time_ms(fn, iters: int = 50) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters
+    return time_eager(fn, iters) / 1000.0
 
 
 def timing(bs: int, budget: int, vocab: int) -> dict:
