@@ -13,7 +13,6 @@ through the server) is tests/gpu/stress_ddtree.py.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -21,20 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_ddtree_sglang import sglang_cpu_path  # noqa: F401  (fixture)
+from tests.unit.test_ddtree_sglang import run_probe, sglang_cpu_path  # noqa: F401  (fixture)
 
 PROBE = Path(__file__).with_name("request_options_probe.py")
 
 
 @pytest.fixture(scope="module")
 def facts(sglang_cpu_path: str) -> dict:  # noqa: F811
-    env = {**os.environ, "PYTHONPATH": sglang_cpu_path, "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, str(PROBE)], capture_output=True, text=True, env=env, timeout=900)
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("REQUEST-OPTIONS-PROBE ")]
-    assert lines, f"probe printed no result (rc {done.returncode}):\n{done.stderr[-4000:]}"
-    result = json.loads(lines[-1].removeprefix("REQUEST-OPTIONS-PROBE "))
-    assert "probe_error" not in result, result["probe_error"]
-    return result
+    return run_probe(PROBE, "REQUEST-OPTIONS-PROBE", sglang_cpu_path)
 
 
 @pytest.mark.parametrize("case", ["tree_n9", "tree_n17", "tree_fresh", "chain_b8"])

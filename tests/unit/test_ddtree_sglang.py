@@ -193,17 +193,26 @@ def facts(sglang_cpu_path: str, tmp_path_factory: pytest.TempPathFactory) -> dic
         },
     }
     (models / "drafter" / "config.json").write_text(json.dumps(drafter))
-    env = {**os.environ, "PYTHONPATH": sglang_cpu_path, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return run_probe(PROBE, "DDTREE-PROBE", sglang_cpu_path, str(models / "target"), str(models / "drafter"))
+
+
+def run_probe(
+    probe: Path, marker: str, sglang_path: str, *args: str, timeout: float = 900, env: dict | None = None
+) -> dict:
+    """Run a probe script in the CPU SGLang environment and return the JSON it printed after `marker`
+    (a probe reports its own failure as `probe_error`). `env` adds variables; a None value removes one."""
+    run_env = {**os.environ, "PYTHONPATH": sglang_path, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    for name, value in (env or {}).items():
+        if value is None:
+            run_env.pop(name, None)
+        else:
+            run_env[name] = value
     done = subprocess.run(
-        [sys.executable, str(PROBE), str(models / "target"), str(models / "drafter")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
+        [sys.executable, str(probe), *args], capture_output=True, text=True, env=run_env, timeout=timeout
     )
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("DDTREE-PROBE ")]
-    assert lines, f"probe printed no result (rc {done.returncode}):\n{done.stderr[-4000:]}"
-    result = json.loads(lines[-1].removeprefix("DDTREE-PROBE "))
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith(f"{marker} ")]
+    assert lines, f"{probe.name} printed no result (rc {done.returncode}):\n{done.stderr[-4000:]}"
+    result = json.loads(lines[-1].removeprefix(f"{marker} "))
     assert "probe_error" not in result, result["probe_error"]
     return result
 

@@ -12,29 +12,19 @@ step's speed is measured on the device (benchmarks/pair, `device_pair.sh profile
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.unit.test_ddtree_sglang import sglang_cpu_path  # noqa: F401  (fixture)
+from tests.unit.test_ddtree_sglang import run_probe, sglang_cpu_path  # noqa: F401  (fixture)
 
 PROBE = Path(__file__).with_name("dflash_step_probe.py")
 
 
 @pytest.fixture(scope="module")
 def facts(sglang_cpu_path: str) -> dict:  # noqa: F811
-    env = {**os.environ, "PYTHONPATH": sglang_cpu_path, "TRITON_INTERPRET": "1", "HF_HUB_OFFLINE": "1"}
-    env.pop("SGLANG_DFLASH_FAST_STEP", None)
-    done = subprocess.run([sys.executable, str(PROBE)], capture_output=True, text=True, env=env, timeout=600)
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("DFLASH-STEP-PROBE ")]
-    assert lines, f"probe printed no result (rc {done.returncode}):\n{done.stderr[-4000:]}"
-    result = json.loads(lines[-1].removeprefix("DFLASH-STEP-PROBE "))
-    assert "probe_error" not in result, result["probe_error"]
-    return result
+    env = {"TRITON_INTERPRET": "1", "SGLANG_DFLASH_FAST_STEP": None}
+    return run_probe(PROBE, "DFLASH-STEP-PROBE", sglang_cpu_path, timeout=600, env=env)
 
 
 @pytest.mark.parametrize("case", ["short_and_long_p1", "page16", "window_2048_over_blocks"])
