@@ -52,6 +52,7 @@ UNPROFILED_ROWS = (
     ("unprofiled_tok_s", "decode tok/s without profiler"),
     ("aggregate_tok_s_c32", "aggregate tok/s, 32 at once"),
 )
+PYTHON_TOP = 25  # functions listed per ranking of the Python tracer's host time
 CONCURRENT = 32  # requests sent at once for the aggregate figure (the bench's concurrency 32 cell)
 GRAPH_BS = ("1", "2", "4", "8", "16", "32")
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
@@ -130,7 +131,61 @@ def analyze(trace: dict[str, Any], mode: str) -> dict[str, Any]:
     per_step = {name: round(value / steps, 1) for name, value in sorted(buckets.items())}
     per_step["idle GPU"] = round((window - busy) / steps, 1)
     per_step["wall"] = round(window / steps, 1)
-    return {"mode": mode, "steps": steps, "forward_spans": len(spans), "per_step_us": per_step}
+    result = {"mode": mode, "steps": steps, "forward_spans": len(spans), "per_step_us": per_step}
+    stacks = [e for e in events if e.get("cat") == "python_function"]
+    if stacks and decode_start is not None:
+        result["python_us_per_step"] = python_hotspots(stacks, steps, decode_start)
+    return result
+
+
+def _short(name: str) -> str:
+    """'/tmp/site/sglang/srt/managers/scheduler.py(1234): run_batch' -> 'scheduler.py:1234 run_batch'."""
+    where, _, function = name.partition("): ")
+    if not function:
+        return name
+    path, _, line = where.rpartition("(")
+    return f"{path.rsplit('/', 1)[-1]}:{line} {function}"
+
+
+def python_hotspots(
+    calls: list[dict[str, Any]], steps: int, window_start: float, top: int = PYTHON_TOP
+) -> dict[str, Any]:
+    """Host time per decode step (us) by Python function, from the profiler's Python tracer (with_stack):
+    inclusive (a function's whole call, counted once when it recurses) and self (its own frames, without the
+    calls it makes, torch's C functions included as calls), both counted from `window_start` on (a call open
+    at the first decode forward counts from there). The tracer slows every Python call down, so the figures
+    rank where host time goes; the unprofiled step time says how long it really is."""
+    inclusive: dict[str, float] = defaultdict(float)
+    own: dict[str, float] = defaultdict(float)
+    by_thread: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    for call in calls:
+        by_thread[call.get("tid")].append(call)
+    for thread_calls in by_thread.values():
+        thread_calls.sort(key=lambda e: (float(e["ts"]), -float(e.get("dur", 0))))
+        stack: list[tuple[float, str]] = []  # (end, name) of the calls open at this point
+        for call in thread_calls:
+            start, end = float(call["ts"]), float(call["ts"]) + float(call.get("dur", 0))
+            while stack and stack[-1][0] <= start:
+                stack.pop()
+            name = _short(str(call.get("name", "")))
+            counted = end - max(start, window_start)  # the part inside the decode window
+            if counted > 0:
+                if stack:
+                    own[stack[-1][1]] -= counted  # the caller's own time leaves this call out
+                if name not in {open_name for _, open_name in stack}:
+                    inclusive[name] += counted
+                own[name] += counted
+            stack.append((end, name))
+
+    def ranked(values: dict[str, float]) -> list[list[Any]]:
+        best = sorted(values.items(), key=lambda item: -item[1])[:top]
+        return [[name, round(value / steps, 1)] for name, value in best]
+
+    return {
+        "inclusive": ranked(inclusive),
+        "self": ranked(own),
+        "self_total": round(sum(own.values()) / steps, 1),
+    }
 
 
 def table(results: list[dict[str, Any]]) -> str:
@@ -144,6 +199,16 @@ def table(results: list[dict[str, Any]]) -> str:
     for key, name in UNPROFILED_ROWS:
         if any(key in r for r in results):
             lines.append(f"| {name} | " + " | ".join(str(r.get(key, "-")) for r in results) + " |")
+    for result in results:
+        python = result.get("python_us_per_step")
+        if not python:
+            continue
+        title = f"Python host time per step, {result['mode']} (us, profiled; own: {python['self_total']})"
+        lines += ["", title, "", "| function | inclusive | | function | self |", "|---|---|---|---|---|"]
+        for (inc_name, inc), (own_name, own) in itertools.zip_longest(
+            python["inclusive"], python["self"], fillvalue=("", "")
+        ):
+            lines.append(f"| {inc_name} | {inc} | | {own_name} | {own} |")
     return "\n".join(lines) + "\n"
 
 
@@ -217,7 +282,7 @@ def concurrent_tok_s(client, prompts: list[list[int]], params: dict) -> dict[str
 
 
 def profile_mode(
-    mode: str, pair: Path, out: Path, steps: int, new_tokens: int, contexts: list[int]
+    mode: str, pair: Path, out: Path, steps: int, new_tokens: int, contexts: list[int], stacks: bool = False
 ) -> list[dict[str, Any]]:
     """Start the mode's server; per context, profile `steps` scheduler steps of one greedy request (after a
     warm-up request of the same length) and analyze the trace. One result per context."""
@@ -250,7 +315,7 @@ def profile_mode(
             others = [prompt_of(prompts[i:] + prompts[:i], context) for i in range(CONCURRENT)]
             unprofiled |= concurrent_tok_s(server.client, others, params)
             body = {"output_dir": str(where), "num_steps": steps, "activities": ["CPU", "GPU"],
-                    "with_stack": False, "record_shapes": False}  # fmt: skip
+                    "with_stack": stacks, "record_shapes": False}  # fmt: skip
             # SGLang answers /start_profile with plain text, not JSON.
             status, answer = server.client.post_text("/start_profile", body, 120.0)
             if status != 200:
@@ -279,6 +344,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--contexts", default="256,4096", help="prompt lengths to profile (4096: past the window)"
     )
+    ap.add_argument(
+        "--stacks", action="store_true",
+        help="record Python stacks (torch's Python tracer): host time per Python function; slows the step",
+    )  # fmt: skip
     ap.add_argument("--analyze", type=Path, help="only analyze this trace file")
     ap.add_argument("--mode", default="ddtree", help="with --analyze: none, dflash or ddtree")
     args = ap.parse_args(argv)
@@ -291,7 +360,9 @@ def main(argv: list[str] | None = None) -> int:
         results = []
         for mode in args.modes.split(","):
             try:
-                results += profile_mode(mode, args.pair, args.out, args.steps, args.new_tokens, contexts)
+                results += profile_mode(
+                    mode, args.pair, args.out, args.steps, args.new_tokens, contexts, args.stacks
+                )
             except Exception as exc:  # one mode's failure is recorded; the next mode still runs
                 results.append(
                     {"mode": mode, "steps": 0, "per_step_us": {}, "error": f"{type(exc).__name__}: {exc}"}

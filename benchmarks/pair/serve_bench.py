@@ -34,9 +34,13 @@ from ddtree.fsutil import atomic_write
 from ddtree.smoke_models import SmokeSettings
 
 MODES = ("none", "dflash", "ddtree-8", "ddtree-16", "ddtree-32")
-# A mode name ending in this (e.g. dflash@upstream) serves with SGLANG_DFLASH_FAST_STEP=0.
-UPSTREAM_SUFFIX = "@upstream"
+# A mode may carry one variant suffix: the same server settings with one step switch changed, so one sitting
+# puts old and new side by side (dflash@upstream: patch 0008's host-light step off, SGLang's own step;
+# ddtree-16@splitkv: patch 0009's split-KV target verify on). Every switch is set explicitly for every server.
 FAST_STEP_ENV = "SGLANG_DFLASH_FAST_STEP"
+SPLITKV_ENV = "SGLANG_DDTREE_SPLITKV_VERIFY"
+STEP_DEFAULTS = {FAST_STEP_ENV: "1", SPLITKV_ENV: "0"}
+VARIANTS = {"upstream": {FAST_STEP_ENV: "0"}, "splitkv": {SPLITKV_ENV: "1"}}
 BLOCK = 8  # served block size (the profile's --speculative-num-draft-tokens)
 TOPK = 4
 WINDOW = 2048
@@ -48,19 +52,34 @@ SERVER_ARGS = (
 )  # fmt: skip
 
 
+def split_mode(mode: str) -> tuple[str, str | None]:
+    """("ddtree-16", "splitkv") for "ddtree-16@splitkv"; an unknown variant: ValueError naming the known."""
+    base, _, variant = mode.partition("@")
+    if variant and variant not in VARIANTS:
+        raise ValueError(f"mode {mode!r}: unknown variant @{variant} (known: {', '.join(sorted(VARIANTS))})")
+    return base, variant or None
+
+
+def step_environment_of(mode: str) -> dict[str, str]:
+    """The step switches a mode's server runs with: the defaults, then its variant's."""
+    _, variant = split_mode(mode)
+    return {**STEP_DEFAULTS, **VARIANTS.get(variant or "", {})}
+
+
 @contextlib.contextmanager
 def step_environment(mode: str) -> Iterator[None]:
-    """SGLANG_DFLASH_FAST_STEP for the server started inside: "0" for a MODE@upstream (patch 0008's host-light
-    step switched off, SGLang's own), "1" otherwise; so one sitting can run old and new side by side."""
-    saved = os.environ.get(FAST_STEP_ENV)
-    os.environ[FAST_STEP_ENV] = "0" if mode.endswith(UPSTREAM_SUFFIX) else "1"
+    """The mode's step switches in os.environ while its server starts inside; restored afterwards."""
+    wanted = step_environment_of(mode)
+    saved = {name: os.environ.get(name) for name in wanted}
+    os.environ.update(wanted)
     try:
         yield
     finally:
-        if saved is None:
-            os.environ.pop(FAST_STEP_ENV)
-        else:
-            os.environ[FAST_STEP_ENV] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def say(msg: str) -> None:
@@ -68,8 +87,8 @@ def say(msg: str) -> None:
 
 
 def server_settings(mode: str) -> tuple[str, SmokeSettings]:
-    """(smoke mode name, settings) of one of MODES (an UPSTREAM_SUFFIX changes the step, not the settings)."""
-    mode = mode.removesuffix(UPSTREAM_SUFFIX)
+    """(smoke mode name, settings) of one of MODES (a variant suffix changes the step, not the settings)."""
+    mode, _ = split_mode(mode)
     budget = int(mode.split("-")[1]) if mode.startswith("ddtree-") else 8
     settings = SmokeSettings(
         block_size=BLOCK, budget=budget, topk=TOPK, window=WINDOW, launch_timeout_s=240.0,
@@ -79,8 +98,11 @@ def server_settings(mode: str) -> tuple[str, SmokeSettings]:
     return kind, settings
 
 
-def greedy_check(server: smoke_server.Server, prompts: list[list[int]], new_tokens: int) -> dict:
-    params = {"max_new_tokens": new_tokens, "temperature": 0.0, "ignore_eos": True}
+def greedy_check(
+    server: smoke_server.Server, prompts: list[list[int]], new_tokens: int, options: dict | None = None
+) -> dict:
+    """Every prompt at once, greedy, `new_tokens` each (plus request `options`, e.g. a penalty)."""
+    params = {"max_new_tokens": new_tokens, "temperature": 0.0, "ignore_eos": True, **(options or {})}
 
     def one(prompt: list[int]) -> dict:
         return server.client.post_json("/generate", {"input_ids": prompt, "sampling_params": params})

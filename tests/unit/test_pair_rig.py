@@ -293,6 +293,58 @@ def test_serve_bench_and_summary_against_the_sglang_test_double(tmp_path: Path, 
     assert "| ms per step | step spread |" in (runs / "summary.md").read_text()
 
 
+def test_options_acceptance_sends_each_option_set_and_compares_acceptance_with_plain(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """options_acceptance's runs against the bench's SGLang TEST DOUBLE (no GPU here for SGLang): every option
+    set reaches /generate in every mode, and the table puts each set's acceptance beside the plain run's."""
+    from ddtree.bench.client import Client
+
+    from benchmarks.pair import options_acceptance
+    from tests.unit.bench_double import DoubleConfig, serve
+
+    pair = tmp_path / "pair"
+    pair.mkdir()
+    prompts = [[5, 6, 7, 8], [9, 10, 11, 12]]
+    (pair / "eval_prompts.json").write_text(json.dumps({"prompts": prompts, "continuations": [[1] * 8] * 2}))
+    with serve(DoubleConfig(chunk_interval_s=0.001, ttft_s=0.005, tokens_per_chunk=3)) as (url, double):
+
+        class DoubleServer:
+            def __init__(self, target, args, log_path, settings, skip_tokenizer_init=True):
+                self.client = Client(url, timeout=30)
+
+            def wait_ready(self) -> float:
+                return 0.1
+
+            def stop(self) -> None:
+                pass
+
+        monkeypatch.setattr(options_acceptance.smoke_server, "Server", DoubleServer)
+        monkeypatch.setattr(options_acceptance.smoke, "gpu_problem", lambda: None)
+        out = tmp_path / "out"
+        assert (
+            options_acceptance.main(["--pair", str(pair), "--out", str(out), "--modes", "none,ddtree-16"])
+            == 0
+        )
+        sent = [body["sampling_params"] for path, body in double.requests_seen if path == "/generate"]
+    for options in options_acceptance.OPTION_SETS.values():
+        matching = [p for p in sent if all(p.get(k) == v for k, v in options.items())]
+        assert len(matching) >= 2 * 2  # two prompts in each of two modes (and the warm-ups)
+    assert all(p["temperature"] == 0.0 and p["max_new_tokens"] == 8 for p in sent)
+    result = json.loads((out / "options.json").read_text())
+    rows = {(r["mode"], r["options"]): r for r in result["rows"]}
+    assert len(rows) == 2 * len(options_acceptance.OPTION_SETS)
+    penalty = rows[("ddtree-16", "frequency_penalty")]
+    assert penalty["acceptance"] == round(8 / 3, 4) and penalty["ratio_to_plain"] == 1.0
+    assert penalty["within_few_percent"] and penalty["equal_to_none"] == "2/2"
+    assert "| ddtree-16 | logit_bias | 2.6667 | 1.0 | 2/2 |" in options_acceptance.table(result["rows"])
+    drifted = options_acceptance.summarize(
+        {"ddtree-16": {"plain": {"accept_lengths": [3.0, 3.0], "outputs": [[1]]},
+                       "repetition_penalty": {"accept_lengths": [2.7, None], "outputs": [[1]]}}}
+    )  # fmt: skip
+    assert drifted[1]["ratio_to_plain"] == 0.9 and drifted[1]["within_few_percent"] is False
+
+
 def test_step_times_are_the_rounds_decode_span_per_step() -> None:
     """Median ms per step over a cell's rounds and their spread; rounds from before `ddtree bench` kept
     decode spans (the committed 2026-12-01 results) give None, not zero."""
@@ -359,6 +411,53 @@ def test_profile_analysis_splits_a_step_into_drafter_target_ddtree_and_idle() ->
     assert prompt_of([[1, 2, 3], [4, 5, 6]], 2) == [1, 2]
 
 
+def test_python_stacks_rank_functions_by_inclusive_and_own_host_time_per_step() -> None:
+    """Python-tracer events (cat python_function, what torch writes with with_stack) of two synthetic steps:
+    nesting is read from the intervals, recursion counts once inclusively, callees leave the caller's own."""
+    from benchmarks.pair.profile_step import analyze, table
+
+    site = "/tmp/site/sglang/srt"
+    events: list[dict] = []
+
+    def call(name: str, ts: float, dur: float, tid: int = 1) -> None:
+        events.append({"ph": "X", "cat": "python_function", "name": name, "ts": ts, "dur": dur, "tid": tid})
+
+    call(f"{site}/managers/scheduler.py(10): run_batch", -500.0, 50)  # the prefill's: before the window
+    call(f"{site}/managers/scheduler.py(30): event_loop_normal", -600.0, 3000)  # open all along: from 5 on
+    for base in (0.0, 1000.0):
+        events.append({"ph": "X", "cat": "user_annotation", "name": "step[DECODE bs=1]", "ts": base + 5,
+                       "dur": 50, "tid": 1})  # fmt: skip
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": base + 6, "dur": 2,
+                       "tid": 1, "args": {"correlation": int(base) + 1}})  # fmt: skip
+        events.append({"ph": "X", "cat": "kernel", "name": "gemm", "ts": base + 10, "dur": 40, "tid": 7,
+                       "args": {"correlation": int(base) + 1}})  # fmt: skip
+        call(f"{site}/speculative/dflash_worker.py(1186): forward_batch_generation", base + 5, 400)
+        call(f"{site}/speculative/dflash_info.py(313): verify", base + 100, 200)
+        call(f"{site}/speculative/dflash_info.py(313): verify", base + 150, 50)  # recursion: counted once
+        call("<built-in method item of Tensor object at 0x1>", base + 210, 30)
+        call(f"{site}/managers/scheduler.py(20): process_batch_result", base + 450, 80)
+        call(f"{site}/managers/detokenizer.py(5): send", base + 460, 10, tid=2)  # another thread: not nested
+    result = analyze({"traceEvents": events}, "dflash")
+    python = result["python_us_per_step"]
+    inclusive, own = dict(python["inclusive"]), dict(python["self"])
+    assert result["steps"] == 2
+    assert inclusive["dflash_worker.py:1186 forward_batch_generation"] == 400
+    assert inclusive["dflash_info.py:313 verify"] == 200
+    assert "scheduler.py:10 run_batch" not in inclusive
+    assert own["dflash_worker.py:1186 forward_batch_generation"] == 200
+    assert (
+        own["dflash_info.py:313 verify"] == 200 - 30
+    )  # the inner verify's own 50 is its own, not the outer's
+    assert own["<built-in method item of Tensor object at 0x1>"] == 30
+    assert own["scheduler.py:20 process_batch_result"] == 80 and own["detokenizer.py:5 send"] == 10
+    # the loop: open from the window's start (5) to 2400, minus its two calls of each step
+    assert inclusive["scheduler.py:30 event_loop_normal"] == (2400 - 5) / 2
+    assert own["scheduler.py:30 event_loop_normal"] == (2400 - 5 - 2 * (400 + 80)) / 2
+    assert python["self_total"] == (2400 - 5) / 2 + 10  # thread 1 once over the window, plus the sends
+    assert python["inclusive"][1] == ["dflash_worker.py:1186 forward_batch_generation", 400.0]
+    assert "| dflash_worker.py:1186 forward_batch_generation | 400.0 |" in table([result])
+
+
 def test_greedy_verdict_passes_near_ties_and_fails_a_wide_gap_or_an_unjudged_difference() -> None:
     """On the committed H200 summary (5-8 of 32 identical, every first difference at a gap <= 0.203), then
     the same summary with one gap widened, then without the gaps (summarize run without --pair)."""
@@ -405,16 +504,26 @@ def test_unprofiled_step_time_is_the_decode_time_over_the_full_requests_steps(mo
     assert got["unprofiled_tok_s"] == round(256 / 0.192, 1)
 
 
-def test_upstream_modes_serve_with_the_fast_step_off_and_the_same_settings(monkeypatch) -> None:
+def test_mode_variants_serve_with_their_switch_and_the_same_settings(monkeypatch) -> None:
     from benchmarks.pair import serve_bench
 
     monkeypatch.delenv("SGLANG_DFLASH_FAST_STEP", raising=False)
+    monkeypatch.setenv("SGLANG_DDTREE_SPLITKV_VERIFY", "1")  # a stray shell setting must not leak in
     assert serve_bench.server_settings("ddtree-16@upstream") == serve_bench.server_settings("ddtree-16")
+    assert serve_bench.server_settings("ddtree-16@splitkv") == serve_bench.server_settings("ddtree-16")
     with serve_bench.step_environment("dflash@upstream"):
         assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "0"
+        assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "0"
+    with serve_bench.step_environment("ddtree-16@splitkv"):
+        assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "1"
+        assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "1"
     with serve_bench.step_environment("dflash"):
         assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "1"
+        assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "0"
     assert "SGLANG_DFLASH_FAST_STEP" not in os.environ
+    assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "1"
+    with pytest.raises(ValueError, match=r"@fast.*known: splitkv, upstream"):
+        serve_bench.server_settings("ddtree-16@fast")
 
 
 def test_concurrent_figure_counts_every_requests_tokens_and_keeps_the_first_output(monkeypatch) -> None:
