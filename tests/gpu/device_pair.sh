@@ -2,7 +2,8 @@
 # The trained pair on the GPU device (benchmarks/pair/README.md): train it, then serve it three ways and bench.
 #   train: python -m benchmarks.pair.train --out $PAIR --expect benchmarks/pair/results/metrics.json
 #          (about 9 minutes on the H200; torch, tokenizers, safetensors and matplotlib only, no SGLang);
-#          prints whether the retrained pair reproduced the committed held-out losses and offline acceptance.
+#          prints whether the retrained pair reproduced the committed held-out losses and offline acceptance;
+#          writes its exit code to $TRAIN_DONE (default /tmp/train.done), which device_queue.sh waits for.
 #   serve: after the pinned wheels are installed into /tmp/site (tests/gpu/README.md, steps 1-3):
 #          applies and verifies the patch series, then benchmarks.pair.serve_bench over MODES (default
 #          none,dflash,ddtree-8,ddtree-16,ddtree-32; each: greedy check + ddtree bench at T=0 and T=1.0 over
@@ -16,6 +17,12 @@
 #          GPU ($RUNS/profile/profile.json). Not yet run on a GPU.
 #   pack:  $RUNS without the profiler traces into $OUT/runs.tar.gz, and up to 7 traces under 16 MiB into
 #          $OUT/traces/ (a call brings back at most 8 files of 16 MiB).
+#   pack-pair: the trained pair as a tar in 15 MiB parts in $OUT/pair/ (pair.tar.NN + pair.tar.sha256; about
+#          60 MB, so 4-5 parts: one call brings back at most 8 files of 16 MiB), to keep it on the host
+#          (an ignored folder, e.g. .device/pair/) for a later sitting.
+#   unpack-pair: a kept pair back into $PAIR from $PAIR_PARTS (pair.tar.NN + pair.tar.sha256, carried in one
+#          or two calls): refuses a tar whose sha256 differs; writes $TRAIN_DONE (0) as `train` does, so
+#          device_queue.sh's timing jobs start at once instead of after nine minutes of training.
 # usage (device, repo root): OUT=/some/dir PAIR=/tmp/pair RUNS=/tmp/runs bash tests/gpu/device_pair.sh STEP...
 set -u
 export PYTHONPATH=$PWD/entrypoint:$PWD:/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -28,7 +35,8 @@ for step in "$@"; do
   case $step in
     train)
       python3 -m benchmarks.pair.train --out "$PAIR" --expect benchmarks/pair/results/metrics.json
-      src=$? ;;
+      src=$?
+      echo $src > "${TRAIN_DONE:-/tmp/train.done}" ;;
     serve)
       { python3 -m ddtree.patchset apply --root /tmp/site --series patches/series.yaml &&
         python3 -m ddtree.patchset verify --root /tmp/site --series patches/series.yaml; } || exit 1
@@ -54,7 +62,23 @@ for step in "$@"; do
       done
       find "$RUNS" -name '*.trace.json.gz' -size +16777215c -printf 'left out (over 16 MiB): %p %s bytes\n'
       ls -la "$OUT/traces" ;;
-    *) echo "unknown step $step (train, serve, summary, profile, pack)"; exit 2 ;;
+    pack-pair)
+      mkdir -p "$OUT/pair"
+      work=$(mktemp -d)
+      tar -C "$PAIR" -cf "$work/pair.tar" . && (cd "$work" && sha256sum pair.tar > "$OUT/pair/pair.tar.sha256") &&
+        split -b 15M -d "$work/pair.tar" "$OUT/pair/pair.tar."
+      src=$?
+      rm -rf "$work"
+      ls -la "$OUT/pair" ;;
+    unpack-pair)
+      parts=$(realpath "${PAIR_PARTS:-.device/pair}")
+      work=$(mktemp -d)
+      cat "$parts"/pair.tar.[0-9]* > "$work/pair.tar" && (cd "$work" && sha256sum -c "$parts/pair.tar.sha256") &&
+        mkdir -p "$PAIR" && tar -C "$PAIR" -xf "$work/pair.tar"
+      src=$?
+      rm -rf "$work"
+      [[ $src == 0 ]] && echo 0 > "${TRAIN_DONE:-/tmp/train.done}" ;;
+    *) echo "unknown step $step (train, serve, summary, profile, pack, pack-pair, unpack-pair)"; exit 2 ;;
   esac
   echo "== $step: exit $src after $((SECONDS - t)) s"
   rc=$((rc | src))

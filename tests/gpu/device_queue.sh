@@ -1,0 +1,70 @@
+#!/bin/bash
+# One device sitting's job queue (../shared/device/README.md, "A sitting that fits one hold"), started in the
+# background after the wheels are installed, while the pair trains (device_pair.sh train, started in call 1,
+# writes $TRAIN_DONE with its exit code when it ends). Jobs run one at a time, in the order given:
+#   correctness jobs (servers on the tiny models) share the GPU with the training;
+#   timing jobs (the trained pair's servers, kernel benchmarks) wait for the training and run alone.
+# Every job's output lands in $OUT/queue/JOB.log, and one line per job in $OUT/queue/status.txt
+# ("JOB: exit N after S s" or "JOB: skipped ..."); a job that would start after $DEADLINE seconds of the
+# queue is skipped and said so, so the last call can pack what finished.
+#
+#   smoke-splitkv   the pro6000 smoke (baseline, DFLASH, DDTREE) with the split-KV verify on (issue 26)
+#   stress-splitkv  the stress (retraction, aborts, stops, request options) with the split-KV verify on
+#   secrets         secrets_tiny.py: keys enforced, none shown anywhere (issue 29)
+#   mla             the smoke on the tiny Kimi-shaped MLA target (issue 32)
+#   stacks          (timing) profile_step --stacks: host time per Python function, DDTREE-16, context 256
+#   profile         (timing) profile_step over $PROFILE_MODES x $PROFILE_CONTEXTS (issues 25, 26)
+#   options         (timing) options_acceptance: acceptance with request options on the pair (issue 28)
+#   core-bench      (timing) benchmarks/ddtree_core_bench.py: the sampling kernels' goals table (issue 27)
+# usage (device, repo root): OUT=/tmp/out PAIR=/tmp/pair RUNS=/tmp/runs bash tests/gpu/device_queue.sh JOB...
+set -u
+export PYTHONPATH=$PWD/entrypoint:$PWD:/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out} PAIR=${PAIR:-/tmp/pair} RUNS=${RUNS:-/tmp/runs}
+TRAIN_DONE=${TRAIN_DONE:-/tmp/train.done} DEADLINE=${DEADLINE:-1200}
+PROFILE_MODES=${PROFILE_MODES:-ddtree-16,ddtree-16@splitkv,none}
+PROFILE_CONTEXTS=${PROFILE_CONTEXTS:-256,4096}
+TIMING_JOBS=" stacks profile options core-bench "
+for job in "$@"; do
+  case $job in
+    smoke-splitkv | stress-splitkv | secrets | mla | stacks | profile | options | core-bench) ;;
+    *) echo "device_queue.sh: unknown job '$job' (smoke-splitkv stress-splitkv secrets mla stacks profile options core-bench)" >&2
+       exit 2 ;;
+  esac
+done
+mkdir -p "$OUT/queue" "$RUNS"
+status=$OUT/queue/status.txt
+begin=$SECONDS
+
+run_job() {
+  case $1 in
+    smoke-splitkv) SGLANG_DDTREE_SPLITKV_VERIFY=1 OUT=$OUT/smoke-splitkv bash tests/gpu/device_ddtree.sh smoke ;;
+    stress-splitkv) SGLANG_DDTREE_SPLITKV_VERIFY=1 OUT=$OUT/stress-splitkv bash tests/gpu/device_ddtree.sh stress ;;
+    secrets) OUT=$OUT/secrets bash tests/gpu/device_ddtree.sh secrets ;;
+    mla) DDTREE_SMOKE_ARCH=mla OUT=$OUT/mla bash tests/gpu/device_ddtree.sh smoke ;;
+    stacks) python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/stacks" --stacks \
+              --modes ddtree-16 --contexts 256 --steps 8 ;;
+    profile) python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/profile" \
+               --modes "$PROFILE_MODES" --contexts "$PROFILE_CONTEXTS" ;;
+    options) python3 -m benchmarks.pair.options_acceptance --pair "$PAIR" --out "$RUNS/options" \
+               --modes none,ddtree-16 ;;
+    core-bench) python3 benchmarks/ddtree_core_bench.py --json "$OUT/core_bench.json" ;;
+  esac
+}
+
+for job in "$@"; do
+  if [[ $TIMING_JOBS == *" $job "* ]]; then
+    while [[ ! -f $TRAIN_DONE ]] && ((SECONDS - begin < DEADLINE)); do sleep 5; done
+    if [[ $job != core-bench ]] && [[ $(cat "$TRAIN_DONE" 2>/dev/null) != 0 ]] && [[ ! -f $PAIR/eval_prompts.json ]]; then
+      echo "$job: skipped, no trained pair in $PAIR" >> "$status"
+      continue
+    fi
+  fi
+  if ((SECONDS - begin >= DEADLINE)); then
+    echo "$job: skipped, past the queue's ${DEADLINE} s deadline" >> "$status"
+    continue
+  fi
+  t=$SECONDS
+  run_job "$job" > "$OUT/queue/$job.log" 2>&1
+  echo "$job: exit $? after $((SECONDS - t)) s (queue at $((SECONDS - begin)) s)" >> "$status"
+done
+echo "queue: done after $((SECONDS - begin)) s" >> "$status"

@@ -1,0 +1,76 @@
+"""tests/gpu/device_queue.sh's own logic, run here with bash (its jobs need the GPU device, so none starts:
+the deadline and the missing pair stop them before they would)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+QUEUE = Path(__file__).resolve().parents[2] / "tests" / "gpu" / "device_queue.sh"
+
+
+def run_queue(tmp_path: Path, *jobs: str, **env: str) -> subprocess.CompletedProcess:
+    environ = {**os.environ, "OUT": str(tmp_path / "out"), "PAIR": str(tmp_path / "pair"),
+               "RUNS": str(tmp_path / "runs"), "TRAIN_DONE": str(tmp_path / "train.done"), **env}  # fmt: skip
+    command = ["bash", str(QUEUE), *jobs]
+    return subprocess.run(
+        command, capture_output=True, text=True, env=environ, timeout=60, cwd=QUEUE.parents[2]
+    )
+
+
+def test_an_unknown_job_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    done = run_queue(tmp_path, "secrets", "profiel")
+    assert done.returncode == 2 and "unknown job 'profiel'" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_jobs_past_the_deadline_and_timing_jobs_without_a_pair_are_skipped_and_said(tmp_path: Path) -> None:
+    (tmp_path / "train.done").write_text("1\n")  # the training failed: no pair
+    done = run_queue(tmp_path, "profile", "options", DEADLINE="100")
+    assert done.returncode == 0, done.stderr
+    status = (tmp_path / "out" / "queue" / "status.txt").read_text().splitlines()
+    assert status[:2] == [
+        f"{job}: skipped, no trained pair in {tmp_path / 'pair'}" for job in ("profile", "options")
+    ]
+    assert status[-1].startswith("queue: done after")
+    late = run_queue(tmp_path, "secrets", "mla", DEADLINE="0")
+    assert late.returncode == 0
+    status = (tmp_path / "out" / "queue" / "status.txt").read_text().splitlines()
+    assert "secrets: skipped, past the queue's 0 s deadline" in status
+    assert "mla: skipped, past the queue's 0 s deadline" in status
+
+
+def test_a_packed_pair_unpacks_byte_for_byte_and_a_damaged_part_is_refused(tmp_path: Path) -> None:
+    """device_pair.sh pack-pair / unpack-pair (the pair kept between sittings) on a small stand-in folder."""
+    script = QUEUE.parent / "device_pair.sh"
+    pair = tmp_path / "pair"
+    (pair / "target").mkdir(parents=True)
+    (pair / "target" / "model.safetensors").write_bytes(os.urandom(40 * 1024 * 1024))  # three 15 MiB parts
+    (pair / "eval_prompts.json").write_text('{"prompts": [[1, 2]]}')
+    environ = {**os.environ, "OUT": str(tmp_path / "out"), "PAIR": str(pair), "RUNS": str(tmp_path / "runs")}
+    packed = subprocess.run(["bash", str(script), "pack-pair"], capture_output=True, text=True, env=environ,
+                            cwd=QUEUE.parents[2], timeout=120)  # fmt: skip
+    assert packed.returncode == 0, packed.stdout + packed.stderr
+    parts = tmp_path / "out" / "pair"
+    assert sorted(p.name for p in parts.iterdir()) == [f"pair.tar.0{i}" for i in range(3)] + [
+        "pair.tar.sha256"
+    ]
+    assert all(p.stat().st_size <= 15 * 2**20 for p in parts.iterdir())
+
+    def unpack(into: Path) -> subprocess.CompletedProcess:
+        env = {**environ, "PAIR": str(into), "PAIR_PARTS": str(parts), "TRAIN_DONE": str(tmp_path / "done")}
+        return subprocess.run(["bash", str(script), "unpack-pair"], capture_output=True, text=True, env=env,
+                              cwd=tmp_path, timeout=120)  # fmt: skip
+
+    done = unpack(tmp_path / "again")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name in ("target/model.safetensors", "eval_prompts.json"):
+        assert (tmp_path / "again" / name).read_bytes() == (pair / name).read_bytes()
+    assert (tmp_path / "done").read_text().strip() == "0"
+    (tmp_path / "done").unlink()
+    with (parts / "pair.tar.01").open("r+b") as handle:
+        handle.write(b"\0\0\0\0")
+    damaged = unpack(tmp_path / "damaged")
+    assert damaged.returncode != 0 and "FAILED" in damaged.stdout + damaged.stderr
+    assert not (tmp_path / "damaged").exists() and not (tmp_path / "done").exists()
