@@ -58,7 +58,8 @@ for step in "$@"; do
       mkdir -p "$OUT/traces"
       find "$RUNS" -name '*.trace.json.gz' -size -16777216c | sort | head -7 | while read -r trace; do
         rel=${trace#"$RUNS"/}
-        cp "$trace" "$OUT/traces/${rel//\//_}"
+        name=${rel//\//_}
+        cp "$trace" "$OUT/traces/${name//@/-}"  # a name with '@' does not come back from the device
       done
       find "$RUNS" -name '*.trace.json.gz' -size +16777215c -printf 'left out (over 16 MiB): %p %s bytes\n'
       ls -la "$OUT/traces" ;;

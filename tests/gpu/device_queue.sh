@@ -6,7 +6,8 @@
 #   timing jobs (the trained pair's servers, kernel benchmarks) wait for the training and run alone.
 # Every job's output lands in $OUT/queue/JOB.log, and one line per job in $OUT/queue/status.txt
 # ("JOB: exit N after S s" or "JOB: skipped ..."); a job that would start after $DEADLINE seconds of the
-# queue is skipped and said so, so the last call can pack what finished.
+# queue is skipped and said so, so the last call can pack what finished; a job running past $JOB_TIMEOUT
+# seconds (default 480) is stopped (exit 124).
 #
 #   smoke-splitkv   the pro6000 smoke (baseline, DFLASH, DDTREE) with the split-KV verify on (issue 26)
 #   stress-splitkv  the stress (retraction, aborts, stops, request options) with the split-KV verify on
@@ -35,19 +36,23 @@ mkdir -p "$OUT/queue" "$RUNS"
 status=$OUT/queue/status.txt
 begin=$SECONDS
 
+# run_job JOB: the job's command, stopped after $JOB_TIMEOUT seconds (a hung server must not hold the queue).
 run_job() {
+  local limit=${JOB_TIMEOUT:-480}
   case $1 in
-    smoke-splitkv) SGLANG_DDTREE_SPLITKV_VERIFY=1 OUT=$OUT/smoke-splitkv bash tests/gpu/device_ddtree.sh smoke ;;
-    stress-splitkv) SGLANG_DDTREE_SPLITKV_VERIFY=1 OUT=$OUT/stress-splitkv bash tests/gpu/device_ddtree.sh stress ;;
-    secrets) OUT=$OUT/secrets bash tests/gpu/device_ddtree.sh secrets ;;
-    mla) DDTREE_SMOKE_ARCH=mla OUT=$OUT/mla bash tests/gpu/device_ddtree.sh smoke ;;
-    stacks) python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/stacks" --stacks \
+    smoke-splitkv) timeout "$limit" env SGLANG_DDTREE_SPLITKV_VERIFY=1 OUT="$OUT/smoke-splitkv" \
+                     bash tests/gpu/device_ddtree.sh smoke ;;
+    stress-splitkv) timeout "$limit" env SGLANG_DDTREE_SPLITKV_VERIFY=1 OUT="$OUT/stress-splitkv" \
+                      bash tests/gpu/device_ddtree.sh stress ;;
+    secrets) timeout "$limit" env OUT="$OUT/secrets" bash tests/gpu/device_ddtree.sh secrets ;;
+    mla) timeout "$limit" env DDTREE_SMOKE_ARCH=mla OUT="$OUT/mla" bash tests/gpu/device_ddtree.sh smoke ;;
+    stacks) timeout "$limit" python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/stacks" --stacks \
               --modes ddtree-16 --contexts 256 --steps 8 ;;
-    profile) python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/profile" \
+    profile) timeout "$limit" python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/profile" \
                --modes "$PROFILE_MODES" --contexts "$PROFILE_CONTEXTS" ;;
-    options) python3 -m benchmarks.pair.options_acceptance --pair "$PAIR" --out "$RUNS/options" \
+    options) timeout "$limit" python3 -m benchmarks.pair.options_acceptance --pair "$PAIR" --out "$RUNS/options" \
                --modes none,ddtree-16 ;;
-    core-bench) python3 benchmarks/ddtree_core_bench.py --json "$OUT/core_bench.json" ;;
+    core-bench) timeout "$limit" python3 benchmarks/ddtree_core_bench.py --json "$OUT/core_bench.json" ;;
   esac
 }
 
