@@ -192,7 +192,10 @@ def main(argv: list[str] | None = None) -> int:
             # the profile is pro6000's (sm_120): JIT builds must target this GPU instead
             "TORCH_CUDA_ARCH_LIST": _arch(),
         }
-        extra = ["--admin-api-key", admin, "--mem-fraction-static", "0.2", "--cuda-graph-max-bs", "32",
+        # --grammar-backend none: the profile's kimi_k2 reasoning parser needs "</think>" as one token, which
+        # the tiny byte-level tokenizer cannot have (SGLang refuses to start: seen on the H200, 2026-12-01)
+        extra = ["--admin-api-key", admin, "--grammar-backend", "none",
+                 "--mem-fraction-static", "0.2", "--cuda-graph-max-bs", "32",
                  "--max-running-requests", "32", "--random-seed", str(settings.seed),
                  "--speculative-num-draft-tokens", str(settings.block_size),
                  "--speculative-ddtree-budget", str(settings.budget),
