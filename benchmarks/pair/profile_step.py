@@ -132,9 +132,12 @@ def analyze(trace: dict[str, Any], mode: str) -> dict[str, Any]:
     per_step["idle GPU"] = round((window - busy) / steps, 1)
     per_step["wall"] = round(window / steps, 1)
     result = {"mode": mode, "steps": steps, "forward_spans": len(spans), "per_step_us": per_step}
-    stacks = [e for e in events if e.get("cat") == "python_function"]
+    # the Python tracer's frames of the thread that runs the steps (the scheduler's), not the watchdogs'
+    step_threads = {s.get("tid") for s in spans}
+    stacks = [e for e in events if e.get("cat") == "python_function" and e.get("tid") in step_threads]
     if stacks and decode_start is not None:
-        result["python_us_per_step"] = python_hotspots(stacks, steps, decode_start)
+        window_end = max(b for _, b in intervals)
+        result["python_us_per_step"] = python_hotspots(stacks, steps, decode_start, window_end)
     return result
 
 
@@ -148,13 +151,14 @@ def _short(name: str) -> str:
 
 
 def python_hotspots(
-    calls: list[dict[str, Any]], steps: int, window_start: float, top: int = PYTHON_TOP
+    calls: list[dict[str, Any]], steps: int, window_start: float, window_end: float, top: int = PYTHON_TOP
 ) -> dict[str, Any]:
     """Host time per decode step (us) by Python function, from the profiler's Python tracer (with_stack):
     inclusive (a function's whole call, counted once when it recurses) and self (its own frames, without the
     calls it makes, torch's C functions included as calls), both counted from `window_start` on (a call open
     at the first decode forward counts from there). The tracer slows every Python call down, so the figures
-    rank where host time goes; the unprofiled step time says how long it really is."""
+    rank where host time goes; the unprofiled step time says how long it really is. Frames open over the
+    whole window (the process's and the event loop's callers) say nothing and are left out of the ranking."""
     inclusive: dict[str, float] = defaultdict(float)
     own: dict[str, float] = defaultdict(float)
     by_thread: dict[Any, list[dict[str, Any]]] = defaultdict(list)
@@ -168,7 +172,7 @@ def python_hotspots(
             while stack and stack[-1][0] <= start:
                 stack.pop()
             name = _short(str(call.get("name", "")))
-            counted = end - max(start, window_start)  # the part inside the decode window
+            counted = min(end, window_end) - max(start, window_start)  # the part inside the decode window
             if counted > 0:
                 if stack:
                     own[stack[-1][1]] -= counted  # the caller's own time leaves this call out
@@ -177,8 +181,12 @@ def python_hotspots(
                 own[name] += counted
             stack.append((end, name))
 
+    whole = 0.98 * (window_end - window_start)
+
     def ranked(values: dict[str, float]) -> list[list[Any]]:
-        best = sorted(values.items(), key=lambda item: -item[1])[:top]
+        best = sorted(((k, v) for k, v in values.items() if inclusive[k] < whole), key=lambda item: -item[1])[
+            :top
+        ]
         return [[name, round(value / steps, 1)] for name, value in best]
 
     return {

@@ -214,6 +214,9 @@ def write_models(folder: Path, settings: SmokeSettings) -> tuple[Path, Path]:
     }
     drafter_config = _config(
         architectures=["DFlashDraftModel"],
+        # the target's context: SGLang refuses a drafter whose derived context is shorter (the MLA target
+        # says Kimi's 262144; seen on the H200, 2026-12-01)
+        max_position_embeddings=target_config["max_position_embeddings"],
         num_hidden_layers=1,
         block_size=settings.block_size,
         num_target_layers=TARGET_LAYERS,

@@ -79,6 +79,8 @@ def test_drafter_matches_the_mla_target(models: tuple[Path, Path]) -> None:
     drafter = json.loads((models[1] / "config.json").read_text())
     assert drafter["hidden_size"] == target["hidden_size"] and drafter["vocab_size"] == target["vocab_size"]
     assert drafter["dflash_config"]["num_target_layers"] == target["num_hidden_layers"]
+    # SGLang refuses a drafter whose derived context is shorter than the target's (the H200, 2026-12-01)
+    assert drafter["max_position_embeddings"] == target["max_position_embeddings"] == 262144
     # DeepseekV2Model captures layer id + 1 inside its layer loop: the last layer's output would never come
     assert max(drafter["dflash_config"]["target_layer_ids"]) + 1 < target["num_hidden_layers"]
 
