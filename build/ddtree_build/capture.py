@@ -248,7 +248,7 @@ def capture(
     """Write a reproduction package of this host into `out` (a new folder, moved into place at the end).
 
     `weights` (role -> folder: target, drafter) adds env/weights.yaml: the revision, sizes and sha256 of
-    the served weights (ddtree.weights_capture; nothing copied), which `import` carries into env/.
+    the served weights (ddtree.weights.capture; nothing copied), which `import` carries into env/.
     """
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -312,7 +312,7 @@ def capture(
             (staging / "services" / name).write_text(text, encoding="utf-8")
             facts.services.append(name)
         if weights:
-            from ddtree import weights_capture
+            from ddtree.weights import capture as weights_capture
 
             facts.weights = {role: str(folder) for role, folder in weights.items()}
             weights_capture.capture_lock(

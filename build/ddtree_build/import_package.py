@@ -107,7 +107,7 @@ def build_import(pkg: Path, staging: Path, target: str | None, targets_dir: Path
         report.notes.append(f"{pkg.name}/services: no unit launching sglang; no target profile written")
 
     if (pkg / "env" / "weights.yaml").is_file():  # written by capture --weights-*: the weights lock
-        from ddtree import weights_lock
+        from ddtree.weights import lock as weights_lock
         from ddtree.yamlfile import load_yaml
 
         weights_lock.validate_lock(load_yaml(pkg / "env" / "weights.yaml"), pkg / "env" / "weights.yaml")

@@ -136,7 +136,7 @@ def make_sbom(inputs: SbomInputs) -> str:
 def _add_weights(bom, lock_path: Path, hashes) -> None:
     from cyclonedx.model import Property
     from cyclonedx.model.component import Component, ComponentType
-    from ddtree import weights_lock
+    from ddtree.weights import lock as weights_lock
     from packageurl import PackageURL
 
     lock = weights_lock.load_lock(lock_path)

@@ -14,7 +14,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "serve",
     "router_cmd",
     "bench_cmd",
-    "weights_cmd",
+    "weights.cmd",
     "receipt",
     "profiles",
 )

@@ -31,7 +31,7 @@ from typing import Any
 from ddtree.errors import UserError
 from ddtree.fsutil import decode_text
 from ddtree.jsontext import load_file, loads
-from ddtree.weights_lock import default_lock_path, lock_identity
+from ddtree.weights.lock import default_lock_path, lock_identity
 
 LABEL_FILES = (Path("/opt/ddtree/image-labels.json"), Path("/etc/ddtree/image-labels.json"))
 KEY_PREFIX = "io.ddtree."
@@ -115,7 +115,7 @@ def identity_key(labels: Mapping[str, str], with_tree: bool = True) -> str | Non
 
 def weights_lock(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """The weights lock the server checks against ($DDTREE_WEIGHTS_LOCK, else env/weights.yaml): its path
-    and ddtree.weights_lock's identity (`sha256:HEX`, as the SBOM records it); None when there is no lock.
+    and ddtree.weights.lock's identity (`sha256:HEX`, as the SBOM records it); None when there is no lock.
     Receipts record it under image.weights_lock."""
     environ = os.environ if environ is None else environ
     path = default_lock_path(environ)

@@ -32,11 +32,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ddtree import gpu, image_identity, lockfile, serve, weights_hash, weights_lock
+from ddtree import gpu, image_identity, lockfile, serve
 from ddtree.checks import CheckResult, Context, check, failed, passed, skipped
 from ddtree.errors import UserError
 from ddtree.fsutil import sha256_file
 from ddtree.jsontext import load_file
+from ddtree.weights import hashes as weights_hash
+from ddtree.weights import lock as weights_lock
 
 IMAGE_LOCK = Path("/opt/ddtree/requirements.lock")
 SGLANG = "sglang"
@@ -238,7 +240,7 @@ def _mounted_plan(
 
     A folder that does not exist at all is "not mounted here" (a build-host run), not a broken one.
     `ddtree serve` fails on it; the self-check reports what it could look at, and says what it could not.
-    An existing but empty or incomplete folder is a failure (see weights.py).
+    An existing but empty or incomplete folder is a failure (see weights/folders.py).
     """
     launch = _needs_plan(ctx, name)
     if isinstance(launch, CheckResult):

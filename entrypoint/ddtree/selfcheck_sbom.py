@@ -12,10 +12,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ddtree import weights_lock
 from ddtree.checks import CheckResult, Context, check, failed, passed, skipped
 from ddtree.errors import UserError
 from ddtree.jsontext import load_file
+from ddtree.weights import lock as weights_lock
 
 IMAGE_SBOM = Path("/opt/ddtree/sbom.cdx.json")
 PROP_ROLE = "io.ddtree:role"  # the property names build/ddtree_build/sbom.py writes

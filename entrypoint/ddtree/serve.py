@@ -70,11 +70,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddtree import gpu, jit_cache, numbers, server_flags, targets, weights, weights_lock
+from ddtree import gpu, jit_cache, numbers, server_flags, targets
 from ddtree.errors import UserError
 from ddtree.fsutil import read_text
 from ddtree.secret_rules import FULL_PREFIX_FLAGS, SECRET_PATTERN, SERVER_SECRET_FLAGS
-from ddtree.weights_layout import is_read_only, resolve_checkout
+from ddtree.weights import folders as weights
+from ddtree.weights import lock as weights_lock
+from ddtree.weights.layout import is_read_only, resolve_checkout
 from ddtree.yamlfile import load_yaml
 
 EXIT_FAIL = 1

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ddtree import weights_lock
 from ddtree.errors import UserError
 from ddtree.fsutil import sha256_file
 from ddtree.lockfile import read_pins
 from ddtree.reference import load_reference
 from ddtree.targets import load_target
+from ddtree.weights import lock as weights_lock
 from ddtree_build import capture, import_package
 from ddtree_build.import_package import run_import
 from ddtree_build.import_unit import map_exec_start, read_unit

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ddtree import cli, targets, weights_fetch
+from ddtree import cli, targets
 from ddtree.errors import UserError
+from ddtree.weights import fetch as weights_fetch
 from ddtree_build import render, smi_capture
 from ddtree_build.import_package import GPU_TARGETS
 from hypothesis import event, given, settings

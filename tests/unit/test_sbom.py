@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 from ddtree import checks as framework
-from ddtree import selfcheck_sbom, weights_lock
+from ddtree import selfcheck_sbom
 from ddtree.lockfile import read_pins
+from ddtree.weights import lock as weights_lock
 from ddtree_build import image, render, sbom
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 from ddtree import checks as framework
-from ddtree import cli, selfcheck_image, weights, weights_hash
+from ddtree import cli, selfcheck_image
 from ddtree.errors import UserError
+from ddtree.weights import folders as weights
+from ddtree.weights import hashes as weights_hash
 
 from tests.synthetic_weights import write_drafter, write_hf_cache, write_target
 
@@ -235,7 +237,8 @@ def test_snapshot_mounted_without_its_blobs(tmp_path: Path, capsys) -> None:
 def test_read_only_mount_gives_no_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """statvfs is faked to report ST_RDONLY (a read-only bind mount needs privileges this test lacks);
     the read-write case is real (tmp_path), see test_weights_lock's serve test."""
-    from ddtree import serve, weights_layout
+    from ddtree import serve
+    from ddtree.weights import layout as weights_layout
 
     lines: list[str] = []
     serve.warn_read_write(tmp_path, lines.append)

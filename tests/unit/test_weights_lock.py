@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 from ddtree import checks as framework
-from ddtree import cli, selfcheck_image, selfcheck_weights, serve, weights_lock
+from ddtree import cli, selfcheck_image, selfcheck_weights, serve
 from ddtree.errors import UserError
-from ddtree.weights_layout import resolve_checkout
+from ddtree.weights import lock as weights_lock
+from ddtree.weights.layout import resolve_checkout
 
 from tests.synthetic_weights import write_drafter, write_hf_cache, write_target
 

@@ -34,7 +34,7 @@ import yaml
 from ddtree import targets
 from ddtree.errors import UserError
 from ddtree.fsutil import atomic_write, sha256_file
-from ddtree.weights_layout import resolve_checkout
+from ddtree.weights.layout import resolve_checkout
 from ddtree.yamlfile import load_yaml
 
 SCHEMA_VERSION = 1
@@ -248,7 +248,7 @@ def lock_document(models: Mapping[str, LockedModel], note: str | None = None) ->
 
 
 HEADER = (
-    "# Weights lock: which target and drafter were measured (schema in entrypoint/ddtree/weights_lock.py).\n"
+    "# Weights lock: which target and drafter were measured (schema in entrypoint/ddtree/weights/lock.py).\n"
     "# Written by `ddtree-build capture --weights-target/--weights-drafter` (or `ddtree weights lock`);\n"
     "# `unknown` until a capture of the original serving host fills it in.\n"
 )
@@ -307,7 +307,7 @@ def compare(
 ) -> Comparison:
     """Compare `folder` (already resolved to the files) with the locked entry; see the module docstring.
     A lock entry with unknown files compares nothing (the caller says so)."""
-    from ddtree import weights_hash
+    from ddtree.weights import hashes as weights_hash
 
     checkout = resolve_checkout(Path(folder), model.revision)
     root = checkout.path

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from ddtree import weights_lock
 from ddtree.errors import UserError
 from ddtree.fsutil import read_text, sha256_file
+from ddtree.weights import lock as weights_lock
 
 EXIT_INCOMPLETE = 1
 PARTIAL_DIR = Path(".cache") / "ddtree-fetch"

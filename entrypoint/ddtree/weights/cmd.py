@@ -1,5 +1,5 @@
 """`ddtree weights`: the fast checks by hand, the full hash and manifest writer (capture runs it on the source
-host), and the lock and fetch actions of weights_capture.py and weights_fetch.py.
+host), and the lock and fetch actions of capture.py and fetch.py.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ddtree.errors import UserError
-from ddtree.weights import check_drafter, check_target, require_folder
-from ddtree.weights_hash import (
+from ddtree.weights.folders import check_drafter, check_target, require_folder
+from ddtree.weights.hashes import (
     describe_hash_failure,
     full_hash,
     manifest_text,
@@ -88,7 +88,8 @@ def register(subparsers: Any) -> None:
     hsh.add_argument("--manifest", metavar="FILE", help="compare with this manifest; exit 1 on a difference")
     hsh.add_argument("--workers", type=arg_type(WORKERS), default=os.cpu_count() or 1, help="threads")
     hsh.set_defaults(func=_cmd_hash)
-    from ddtree import weights_capture, weights_fetch
+    from ddtree.weights import capture as weights_capture
+    from ddtree.weights import fetch as weights_fetch
 
     weights_fetch.register(sub)
     weights_capture.register(sub)

@@ -3,7 +3,7 @@
 The fast check reads only small files: config.json, the safetensors index and each shard's header
 (8-byte little-endian length, then that many bytes of JSON). A shard is whole when its size equals
 8 + header length + the largest end offset of its tensors, so a truncated copy is found without reading
-the data. `--full-hash` reads everything (weights_hash.py); `ddtree weights` is weights_cmd.py.
+the data. `--full-hash` reads everything (hashes.py); `ddtree weights` is cmd.py.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ddtree import drafter_shapes
 from ddtree.errors import UserError
 from ddtree.fsutil import require_regular_file
 from ddtree.jsontext import JsonProblem, parse
-from ddtree.safetensors_layout import check_layout
-from ddtree.weights_layout import dangling_link_error, link_note
+from ddtree.weights import drafter_shapes
+from ddtree.weights.layout import dangling_link_error, link_note
+from ddtree.weights.safetensors_layout import check_layout
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"

@@ -17,7 +17,7 @@ from typing import TextIO
 
 from ddtree.errors import UserError
 from ddtree.fsutil import atomic_write, read_text, sha256_file
-from ddtree.weights import shard_paths
+from ddtree.weights.folders import shard_paths
 
 HASH_CHUNK = 8 * 1024 * 1024
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ddtree.errors import UserError
-from ddtree.weights_layout import resolve_checkout
-from ddtree.weights_lock import (
+from ddtree.weights.layout import resolve_checkout
+from ddtree.weights.lock import (
     ROLES,
     LockedFile,
     LockedModel,
@@ -43,7 +43,7 @@ def capture_model(
     """A lock entry for the files in `folder` (a plain folder or a Hugging Face cache repository):
     sizes and sha256 (the thread-pool hasher with its progress bar), nothing copied. The revision is
     the cache's snapshot commit when there is one, else `revision`, else unknown."""
-    from ddtree import weights_hash
+    from ddtree.weights import hashes as weights_hash
 
     checkout = resolve_checkout(Path(folder), revision)
     if not checkout.path.is_dir():
