@@ -13,7 +13,7 @@ from ddtree.fsutil import read_text, sha256_file
 from ddtree.jsontext import load_file
 from ddtree.lockfile import Pin, parse_pins
 from ddtree.os_release import parse_os_release
-from ddtree.reference import validate_reference
+from ddtree.receipts.reference import validate_reference
 
 from ddtree_build import smi_capture
 from ddtree_build.freeze import render_freeze

@@ -246,8 +246,8 @@ def _write_receipt(
     args: argparse.Namespace, client: Any, summary: dict[str, Any], missing: list[str], out: Path
 ) -> Path:
     """OUT/receipt.json: the sweep's figures and two greedy runs of the fixed prompt."""
-    from ddtree import receipt
     from ddtree.bench.client import GenerationRequest
+    from ddtree.receipts import receipt
 
     request = GenerationRequest(
         prompt_text=receipt.PROMPT, max_tokens=receipt.GREEDY_TOKENS, temperature=0.0,

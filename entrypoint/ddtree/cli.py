@@ -15,7 +15,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "router_cmd",
     "bench_cmd",
     "weights.cmd",
-    "receipt",
+    "receipts.receipt",
     "profiles",
 )
 

@@ -1,6 +1,6 @@
 """Which image this is: its labels, a short identity key over them, and the weights lock.
 
-One answer for receipts (ddtree.receipt) and for the JIT cache folder (ddtree.jit_cache). Inside a
+One answer for receipts (ddtree.receipts.receipt) and for the JIT cache folder (ddtree.jit_cache). Inside a
 container the OCI labels are not visible, so they come from the JSON the build bakes
 (/opt/ddtree/image-labels.json, or $DDTREE_IMAGE_LABELS); on the host from `docker image inspect REF`.
 Both give the same labels for the same image, so both give the same key.
@@ -132,7 +132,7 @@ def known_tree(labels: Mapping[str, str]) -> str | None:
 
 def served(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """The identity the server reports (see the module docstring); None outside a ddtree image."""
-    from ddtree import tree_identity
+    from ddtree.receipts import tree_identity
 
     environ = os.environ if environ is None else environ
     path = next((p for p in LABEL_FILES if p.is_file()), None)

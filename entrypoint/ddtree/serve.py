@@ -645,7 +645,8 @@ def measured_tree(log: Callable[[str], None]) -> dict[str, str]:
     """In the image: the whole-tree digest measured now (a few seconds on the cores), exported to the server
     as DDTREE_SERVED_TREE_SHA256 for its /server_info (patch ddtree-served-identity): a receipt then names
     the files that served, also in an image built FROM this one. Outside an image (no baked identity): {}."""
-    from ddtree import image_identity, tree_identity
+    from ddtree import image_identity
+    from ddtree.receipts import tree_identity
 
     if not tree_identity.IDENTITY_FILE.is_file():
         return {}

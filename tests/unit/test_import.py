@@ -22,7 +22,7 @@ import yaml
 from ddtree.errors import UserError
 from ddtree.fsutil import sha256_file
 from ddtree.lockfile import read_pins
-from ddtree.reference import load_reference
+from ddtree.receipts.reference import load_reference
 from ddtree.targets import load_target
 from ddtree.weights import lock as weights_lock
 from ddtree_build import capture, import_package

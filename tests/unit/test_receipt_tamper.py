@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ddtree import receipt
 from ddtree.cli import main
+from ddtree.receipts import receipt
 
 from tests.unit.test_receipt import LABELS, image_env, live_receipt  # noqa: F401 (pytest fixtures)
 from tests.unit.test_tree_identity import site, wheel  # noqa: F401 (pytest fixtures)
@@ -125,7 +125,8 @@ def test_serve_measures_the_tree_and_a_changed_file_shows_in_the_served_identity
     """`ddtree serve`'s tree step over a real pip-installed folder standing in for the image's site-packages
     (tests/unit/test_tree_identity.py's fixture): the digest it exports is the build's until a file changes,
     as in an image built FROM the product; the served identity then fails verify's tree rule."""
-    from ddtree import image_identity, serve, tree_identity
+    from ddtree import image_identity, serve
+    from ddtree.receipts import tree_identity
 
     monkeypatch.setattr(tree_identity, "image_roots", lambda: (site, []))
     baked = tmp_path / "tree-identity.json"

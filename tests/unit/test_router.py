@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ddtree import receipt, router_cmd
+from ddtree import router_cmd
 from ddtree.bench.client import Client
 from ddtree.errors import UserError
+from ddtree.receipts import receipt
 from ddtree.router import list_replicas, parse_workers
 
 from tests.unit.bench_double import DoubleConfig, serve

@@ -31,9 +31,10 @@ import time
 from pathlib import Path
 
 import pytest
-from ddtree import image_identity, receipt, serve
+from ddtree import image_identity, serve
 from ddtree.bench.serverinfo import server_settings
 from ddtree.errors import UserError
+from ddtree.receipts import receipt
 
 from tests.unit.test_ddtree_sglang import TINY_TARGET, sglang_cpu_path  # noqa: F401 (a pytest fixture)
 from tests.unit.test_serve import PROFILE

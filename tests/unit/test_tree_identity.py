@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from ddtree import checks as framework
-from ddtree import tree_identity
 from ddtree.fsutil import atomic_write, sha256_file
+from ddtree.receipts import tree_identity
 from ddtree_build import pristine
 
 DIST_INFO = "packaging-26.2.dist-info"

@@ -19,7 +19,8 @@ writes it to /opt/ddtree/tree-identity.json and the label io.ddtree.tree.sha256;
 --offline --full` recomputes and compares it.
 
 Hashing runs in one forked process per usable CPU, on batches sorted largest first so the big shared objects
-start early and the workers finish together. The build step's CLI: `python -m ddtree.tree_identity write`.
+start early and the workers finish together. The build step's CLI:
+`python -m ddtree.receipts.tree_identity write`.
 """
 
 from __future__ import annotations
@@ -394,7 +395,7 @@ def read_identity(path: Path = IDENTITY_FILE) -> dict[str, Any] | None:
 
 def _main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m ddtree.tree_identity", description=__doc__.split("\n")[0]
+        prog="python -m ddtree.receipts.tree_identity", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
         "action", choices=("write", "check"), help="write: scan and store; check: scan and report"
