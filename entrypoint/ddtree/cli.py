@@ -12,7 +12,7 @@ from ddtree.errors import command_parser, run_cli
 COMMAND_MODULES: tuple[str, ...] = (
     "selfcheck",
     "serve",
-    "router_cmd",
+    "router.cmd",
     "bench_cmd",
     "weights.cmd",
     "receipts.receipt",

@@ -15,8 +15,8 @@ router keeps the process and its signals. Nothing here balances load: the router
     DDTREE_ROUTER_EXTRA_ARGS  more router flags (shell-quoted); arguments after `--` come last and win
 
 The API key never reaches the router's command line or environment: sglang-router 0.3.2 reads it only from
---api-key, so the router runs as `python -m ddtree.router_launch` (the router's own parser and launcher in
-that process), which reads the key from a memfd this process hands across exec (see ddtree.router_launch).
+--api-key, so the router runs as `python -m ddtree.router.launch` (the router's own parser and launcher in
+that process), which reads the key from a memfd this process hands across exec (see ddtree.router.launch).
 --api-key and --control-plane-api-keys (or an abbreviation) in the router arguments are refused.
 """
 
@@ -31,7 +31,7 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 
 from ddtree.errors import UserError
-from ddtree.router_launch import KEY_FD_ENV
+from ddtree.router.launch import KEY_FD_ENV
 from ddtree.serve import SECRET_ENV, api_key_from, render_command
 
 EXIT_CANNOT_RUN = 2
@@ -92,7 +92,7 @@ def router_command(environ: Mapping[str, str], extra: Sequence[str] = ()) -> lis
         raise UserError(
             f"DDTREE_ROUTER_POLICY={policy!r} is not one of {', '.join(POLICIES)}", exit_code=EXIT_CANNOT_RUN
         )
-    argv = [sys.executable, "-m", "ddtree.router_launch"]
+    argv = [sys.executable, "-m", "ddtree.router.launch"]
     argv += ["--host", environ.get("DDTREE_ROUTER_HOST") or "0.0.0.0"]
     argv += ["--port", _port(environ, "DDTREE_ROUTER_PORT", DEFAULT_PORT)]
     argv += ["--policy", policy, "--worker-startup-timeout-secs", str(WORKER_STARTUP_TIMEOUT_S)]
