@@ -4,7 +4,7 @@ The self-check answers "is what runs here what was measured?" truthfully. The fr
 registration, statuses, exit codes, the report) lives in ddtree.checks; a new check module registers
 its checks there and its name goes into CHECK_MODULES below (a one-line edit). This module holds the
 first checks (package, python, platform, dependencies) and the command line, whose --live and --smoke
-modes hand over to ddtree.live and ddtree.smoke.
+modes hand over to ddtree.live and ddtree.smoke.check.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from ddtree.checks import (
 )
 from ddtree.numbers import COUNT, FRACTION, SECONDS, arg_type
 from ddtree.os_release import read_os_release
-from ddtree.smoke_models import ARCHES as SMOKE_ARCHES
+from ddtree.smoke.models import ARCHES as SMOKE_ARCHES
 
 MIN_PYTHON = (3, 10)
 
@@ -113,7 +113,7 @@ def _cmd_selfcheck(args: argparse.Namespace) -> int:
 
         return live.selfcheck_live(args)
     if args.smoke:
-        from ddtree import smoke
+        from ddtree.smoke import check as smoke
 
         return smoke.selfcheck_smoke(args)
     ctx = Context(

@@ -48,7 +48,7 @@
 #   (all = pytest smoke live), e.g. `bash tests/gpu/device_ddtree.sh core steps`; an unknown mode exits 2.
 #   SMOKE_TP=2 (or 4): the smoke's servers run tensor-parallel over that many GPUs (the TP top-k merge).
 #   DDTREE_SMOKE_ARCH=mla: the smoke's target is Kimi K2.6's architecture (DeepSeek-V3 MLA + MoE, tiny:
-#   ddtree.smoke_models_mla) instead of Qwen3's; STRESS_ARGS="--arch mla" does the same for the stress.
+#   ddtree.smoke.models_mla) instead of Qwen3's; STRESS_ARGS="--arch mla" does the same for the stress.
 #   STRESS_TP=2: the stress servers run tensor-parallel, and the odd requests sample (T 0.8, top-p 0.9).
 #   STRESS_ARGS="--budget 4": more stress_ddtree.py flags (--budget 4: block size 8 > budget + 1;
 #   --algorithm DFLASH: the same stress on upstream DFlash, to tell whose bug a failure is).

@@ -27,7 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from ddtree import jit_cache, smoke, smoke_models, smoke_server
+from ddtree import jit_cache
+from ddtree.smoke import check as smoke
+from ddtree.smoke import models as smoke_models
+from ddtree.smoke import server as smoke_server
 
 PROFILE = "pro6000"
 LAUNCH_TIMEOUT_S = 600.0

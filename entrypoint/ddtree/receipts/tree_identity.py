@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import ddtree
 from ddtree.errors import UserError
 from ddtree.fsutil import atomic_write
 from ddtree.jsontext import load_file
@@ -376,7 +377,7 @@ def scan(root: Path, extra_roots: Iterable[tuple[str, Path]] = (), workers: int 
 def image_roots() -> tuple[Path, list[tuple[str, Path]]]:
     """This interpreter's site-packages and the ddtree package's folder (the image's /opt/ddtree/lib)."""
     site = Path(sysconfig.get_paths()["purelib"])
-    lib = Path(__file__).resolve().parent
+    lib = Path(ddtree.__file__).resolve().parent
     return site, [(LIB_PREFIX, lib)]
 
 

@@ -25,7 +25,7 @@ depth) is right at depth 1 only, while DDTree's tree also holds f^2(b) at depth 
 Runs on one GPU of any architecture the installed kernels support (Triton attention backend); says so and
 exits 2 when there is no usable GPU or no SGLang. Imports torch, safetensors and SGLang only when run.
 
-The jobs: ddtree.smoke_models writes the models and tokenizer, ddtree.smoke_server runs one server per
+The jobs: ddtree.smoke.models writes the models and tokenizer, ddtree.smoke.server runs one server per
 mode; this module sends the requests, judges the modes and is the command.
 """
 
@@ -45,7 +45,7 @@ from typing import Any
 
 from ddtree.bench.client import Client
 from ddtree.errors import UserError
-from ddtree.smoke_models import (
+from ddtree.smoke.models import (
     ARCHES,
     LOGIT_LADDER,
     REAL_TOKENS,
@@ -55,7 +55,7 @@ from ddtree.smoke_models import (
     target_class_probabilities,
     write_models,
 )
-from ddtree.smoke_server import Server, mode_args
+from ddtree.smoke.server import Server, mode_args
 
 CHI2_CRITICAL_DF4_P001 = 18.467  # chi-square critical value, 4 degrees of freedom, p = 0.001
 EXIT_PASS, EXIT_FAIL, EXIT_CANNOT_RUN = 0, 1, 2

@@ -8,16 +8,16 @@ does not have. So the tiny target is the language model itself: `DeepseekV3ForCa
 and MoE settings (MLA with q_lora, kv_lora_rank 512, rope 64, nope 128, v 128; sigmoid noaux_tc routing,
 one group, one shared expert, the first layer dense, YaRN rope scaling) and fewer heads, experts and layers.
 
-The weights follow ddtree.smoke's recipe: attention and MLP/MoE outputs are zero (zero o_proj, zero down
+The weights follow ddtree.smoke.check's recipe: attention and MLP/MoE outputs are zero (zero o_proj, zero down
 projections), so the last hidden state is the current token's embedding and the logits are the fixed table
-Z[current, next] through the LM head. The DFlash drafter is ddtree.smoke_models' (same hidden size).
+Z[current, next] through the LM head. The DFlash drafter is ddtree.smoke.models' (same hidden size).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ddtree.smoke_models import EOS_ID, HIDDEN, TARGET_LAYERS, VOCAB
+from ddtree.smoke.models import EOS_ID, HIDDEN, TARGET_LAYERS, VOCAB
 
 MLA_HEADS = 8  # Kimi K2.6: 64, i.e. 8 per rank at TP 8
 Q_LORA_RANK = 128  # Kimi: 1536

@@ -1,6 +1,6 @@
 """The smoke test's tiny target and DFlash drafter, weights chosen on purpose, and their byte tokenizer.
 
-The weights are described in ddtree.smoke's docstring: a logit table walking one random cycle f, and a
+The weights are described in ddtree.smoke.check's docstring: a logit table walking one random cycle f, and a
 drafter that ranks f(b)..f^4(b) at every depth, so DDTree's tree holds tokens DFLASH's chain cannot.
 Imports torch and safetensors only when writing.
 """
@@ -59,7 +59,7 @@ ARCHES = ("gqa", "mla")
 def attention_heads(arch: str) -> int:
     """The target's attention heads (tensor parallelism must divide them)."""
     if arch == "mla":
-        from ddtree.smoke_models_mla import MLA_HEADS
+        from ddtree.smoke.models_mla import MLA_HEADS
 
         return MLA_HEADS
     return HEADS
@@ -68,7 +68,7 @@ def attention_heads(arch: str) -> int:
 def arch_server_args(arch: str) -> tuple[str, ...]:
     """SGLang flags the target's architecture needs on every server (smoke_models_mla.MLA_SERVER_ARGS)."""
     if arch == "mla":
-        from ddtree.smoke_models_mla import MLA_SERVER_ARGS
+        from ddtree.smoke.models_mla import MLA_SERVER_ARGS
 
         return MLA_SERVER_ARGS
     return ()
@@ -173,7 +173,7 @@ def write_models(folder: Path, settings: SmokeSettings) -> tuple[Path, Path]:
     if settings.arch not in ARCHES:
         raise ValueError(f"smoke arch {settings.arch!r}: use one of {', '.join(ARCHES)}")
     if settings.arch == "mla":
-        from ddtree.smoke_models_mla import mla_config, mla_target_tensors
+        from ddtree.smoke.models_mla import mla_config, mla_target_tensors
 
         target = mla_target_tensors(embed, lm_head)
         target_config = mla_config()

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from ddtree.bench.client import Client
-from ddtree.smoke_models import SmokeSettings, arch_server_args
+from ddtree.smoke.models import SmokeSettings, arch_server_args
 
 
 def _free_port() -> int:
