@@ -10,7 +10,7 @@ from ddtree.errors import command_parser, run_cli
 
 # Each entry is a module under ddtree with a `register(subparsers)` function.
 COMMAND_MODULES: tuple[str, ...] = (
-    "selfcheck",
+    "selfcheck.cmd",
     "serve",
     "router.cmd",
     "bench_cmd",

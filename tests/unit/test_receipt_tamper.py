@@ -150,7 +150,7 @@ def test_serve_measures_the_tree_and_a_changed_file_shows_in_the_served_identity
 
 def test_replicas_behind_a_router_must_run_one_image() -> None:
     """A router's receipt records one replica's served identity; replicas of two images fail its step."""
-    from ddtree import live
+    from ddtree.selfcheck import live
 
     def replica(url: str, key: str) -> live.LiveReport:
         return live.LiveReport(url, live.REPRODUCED, server={"ddtree_image": {"key": key}})

@@ -16,9 +16,10 @@ import struct
 from pathlib import Path
 
 import pytest
-from ddtree import checks as framework
-from ddtree import cli, selfcheck_image
+from ddtree import cli
 from ddtree.errors import UserError
+from ddtree.selfcheck import checks as framework
+from ddtree.selfcheck import image as selfcheck_image
 from ddtree.weights import folders as weights
 from ddtree.weights import hashes as weights_hash
 

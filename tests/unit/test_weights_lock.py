@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ddtree import checks as framework
-from ddtree import cli, selfcheck_image, selfcheck_weights, serve
+from ddtree import cli, serve
 from ddtree.errors import UserError
+from ddtree.selfcheck import checks as framework
+from ddtree.selfcheck import image as selfcheck_image
+from ddtree.selfcheck import weights as selfcheck_weights
 from ddtree.weights import lock as weights_lock
 from ddtree.weights.layout import resolve_checkout
 

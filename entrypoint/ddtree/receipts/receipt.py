@@ -165,7 +165,7 @@ def build(
 
 
 def from_live(report: Any) -> dict[str, Any]:
-    """The receipt of a `selfcheck --live` run (a ddtree.live.LiveReport)."""
+    """The receipt of a `selfcheck --live` run (a ddtree.selfcheck.live.LiveReport)."""
     statuses = {"warn": "fail"}  # a degraded figure is a failed check in a receipt
     return build(
         "live",

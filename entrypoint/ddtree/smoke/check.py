@@ -328,7 +328,7 @@ def smoke_arch(given: str | None) -> str:
 
 
 def selfcheck_smoke(args: Any) -> int:
-    """Entry point of `ddtree selfcheck --smoke` (argparse namespace from ddtree.selfcheck)."""
+    """Entry point of `ddtree selfcheck --smoke` (argparse namespace from ddtree.selfcheck.cmd)."""
     settings = replace(
         settings_from_profile(getattr(args, "target", None)),
         tp=int(getattr(args, "smoke_tp", 1)),

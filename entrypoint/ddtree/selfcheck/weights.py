@@ -12,9 +12,9 @@ import io
 from collections.abc import Callable
 from pathlib import Path
 
-from ddtree.checks import CheckResult, Context, check, failed, passed, skipped
 from ddtree.errors import UserError
-from ddtree.selfcheck_image import _needs_plan
+from ddtree.selfcheck.checks import CheckResult, Context, check, failed, passed, skipped
+from ddtree.selfcheck.image import _needs_plan
 from ddtree.weights import lock as weights_lock
 
 

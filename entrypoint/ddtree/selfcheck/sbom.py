@@ -12,9 +12,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ddtree.checks import CheckResult, Context, check, failed, passed, skipped
 from ddtree.errors import UserError
 from ddtree.jsontext import load_file
+from ddtree.selfcheck.checks import CheckResult, Context, check, failed, passed, skipped
 from ddtree.weights import lock as weights_lock
 
 IMAGE_SBOM = Path("/opt/ddtree/sbom.cdx.json")
@@ -69,7 +69,7 @@ def sbom_check(ctx: Context) -> CheckResult:
                 f"{installed[:16]}...: the image's env/ changed after the build; rebuild the image",
                 **facts,
             )
-    from ddtree.selfcheck_image import _manifest_json, site_packages_of
+    from ddtree.selfcheck.image import _manifest_json, site_packages_of
 
     root = site_packages_of()
     manifest = _manifest_json(root) if root else None

@@ -1,10 +1,10 @@
 """`ddtree selfcheck`: the checks registered by CHECK_MODULES, run and reported (table or JSON).
 
 The self-check answers "is what runs here what was measured?" truthfully. The framework (check
-registration, statuses, exit codes, the report) lives in ddtree.checks; a new check module registers
-its checks there and its name goes into CHECK_MODULES below (a one-line edit). This module holds the
-first checks (package, python, platform, dependencies) and the command line, whose --live and --smoke
-modes hand over to ddtree.live and ddtree.smoke.check.
+registration, statuses, exit codes, the report) lives in ddtree.selfcheck.checks; a new check module
+registers its checks there and its name goes into CHECK_MODULES below (a one-line edit). This module holds
+the first checks (package, python, platform, dependencies) and the command line, whose --live and --smoke
+modes hand over to ddtree.selfcheck.live and ddtree.smoke.check.
 """
 
 from __future__ import annotations
@@ -16,8 +16,11 @@ import platform
 import sys
 from pathlib import Path
 
+import ddtree
 from ddtree import __version__
-from ddtree.checks import (
+from ddtree.numbers import COUNT, FRACTION, SECONDS, arg_type
+from ddtree.os_release import read_os_release
+from ddtree.selfcheck.checks import (
     REGISTRY,
     CheckResult,
     Context,
@@ -29,18 +32,16 @@ from ddtree.checks import (
     report_dict,
     run_checks,
 )
-from ddtree.numbers import COUNT, FRACTION, SECONDS, arg_type
-from ddtree.os_release import read_os_release
 from ddtree.smoke.models import ARCHES as SMOKE_ARCHES
 
 MIN_PYTHON = (3, 10)
 
-# Modules whose import registers more checks (e.g. "selfcheck_patches"); one line per module.
+# Modules whose import registers more checks (e.g. "selfcheck.patches"); one line per module.
 CHECK_MODULES: tuple[str, ...] = (
-    "selfcheck_image",
-    "selfcheck_weights",
-    "selfcheck_sbom",
-    "selfcheck_tree",
+    "selfcheck.image",
+    "selfcheck.weights",
+    "selfcheck.sbom",
+    "selfcheck.tree",
 )
 
 
@@ -49,7 +50,7 @@ CHECK_MODULES: tuple[str, ...] = (
 
 @check("package")
 def _package(ctx: Context) -> CheckResult:
-    location = Path(__file__).resolve().parent
+    location = Path(ddtree.__file__).resolve().parent
     return passed(
         f"ddtree {__version__} at {location}", name="ddtree", version=__version__, location=str(location)
     )
@@ -109,7 +110,7 @@ def _dependencies(ctx: Context) -> CheckResult:
 
 def _cmd_selfcheck(args: argparse.Namespace) -> int:
     if args.live:
-        from ddtree import live
+        from ddtree.selfcheck import live
 
         return live.selfcheck_live(args)
     if args.smoke:

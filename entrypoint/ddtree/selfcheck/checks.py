@@ -2,7 +2,7 @@
 
 A check reports only what it looked at. Checks are added by registration, not by editing a runner:
 
-    from ddtree.checks import check, passed, failed, skipped
+    from ddtree.selfcheck.checks import check, passed, failed, skipped
 
     @check("gpu", needs_network=False)
     def gpu_check(ctx):

@@ -1,6 +1,6 @@
 """Self-check of the image itself: profile, lock, patches, labels, GPUs, /dev/shm, weights.
 
-Registered into `ddtree selfcheck` (see selfcheck.py). Each check looks at one thing and says what it
+Registered into `ddtree selfcheck` (see cmd.py). Each check looks at one thing and says what it
 saw in one line; a fix is named in every failure. What the checks read, and where it is in the image:
 
     target        the profile DDTREE_TARGET names (DDTREE_ENV_DIR/targets, /opt/ddtree/env/targets)
@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from ddtree import gpu, image_identity, lockfile, serve
-from ddtree.checks import CheckResult, Context, check, failed, passed, skipped
 from ddtree.errors import UserError
 from ddtree.fsutil import sha256_file
 from ddtree.jsontext import load_file
+from ddtree.selfcheck.checks import CheckResult, Context, check, failed, passed, skipped
 from ddtree.weights import hashes as weights_hash
 from ddtree.weights import lock as weights_lock
 

@@ -29,11 +29,11 @@ from typing import Any
 from ddtree.bench.client import Client, GenerationRequest, RequestResult
 from ddtree.bench.serverinfo import server_info_answer, server_settings
 from ddtree.bench.stats import describe
-from ddtree.checks import CheckResult, Context, Outcome, format_table, report_dict
 from ddtree.errors import UserError
 from ddtree.receipts import receipt
 from ddtree.receipts import reference as reference_mod
 from ddtree.router.workers import list_replicas
+from ddtree.selfcheck.checks import CheckResult, Context, Outcome, format_table, report_dict
 from ddtree.serve import BLOCK_SIZE_FLAGS
 
 REPRODUCED = "REPRODUCED"

@@ -1,6 +1,6 @@
 """Self-check `tree` (with `--full`): every installed file against RECORD, and the build's tree digest.
 
-Registered into `ddtree selfcheck` (CHECK_MODULES in selfcheck.py); the scan is
+Registered into `ddtree selfcheck` (CHECK_MODULES in cmd.py); the scan is
 ddtree.receipts.tree_identity's.
 It compares the digest with the one the build baked (/opt/ddtree/tree-identity.json, DDTREE_TREE_IDENTITY
 to point elsewhere) and with the io.ddtree.tree.sha256 label when the labels carry a real value.
@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ddtree import image_identity
-from ddtree.checks import CheckResult, Context, check, failed, passed, skipped
 from ddtree.receipts import tree_identity
+from ddtree.selfcheck.checks import CheckResult, Context, check, failed, passed, skipped
 
 SHOWN = 3
 
