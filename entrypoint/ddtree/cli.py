@@ -13,7 +13,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "selfcheck.cmd",
     "serve",
     "router.cmd",
-    "bench_cmd",
+    "bench.cmd",
     "weights.cmd",
     "receipts.receipt",
     "profiles",

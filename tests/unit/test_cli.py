@@ -57,7 +57,7 @@ sys.meta_path.insert(0, _Slow())
     ("module", "prog", "slow", "argv"),
     [
         ("ddtree_build.cli", "ddtree-build", "ddtree_build.render", ["lock", "--check"]),
-        ("ddtree.cli", "ddtree", "ddtree.bench_cmd", ["serve", "--dry-run"]),
+        ("ddtree.cli", "ddtree", "ddtree.bench.cmd", ["serve", "--dry-run"]),
     ],
 )
 def test_ctrl_c_during_start_up_is_one_line(tmp_path, module, prog, slow, argv) -> None:
