@@ -11,12 +11,12 @@ from ddtree.errors import command_parser, run_cli
 # Each entry is a module under ddtree with a `register(subparsers)` function.
 COMMAND_MODULES: tuple[str, ...] = (
     "selfcheck.cmd",
-    "serve",
+    "serve.cmd",
     "router.cmd",
     "bench.cmd",
     "weights.cmd",
     "receipts.receipt",
-    "profiles",
+    "serve.profiles",
 )
 
 

@@ -1,7 +1,7 @@
 """Which image this is: its labels, a short identity key over them, and the weights lock.
 
-One answer for receipts (ddtree.receipts.receipt) and for the JIT cache folder (ddtree.jit_cache). Inside a
-container the OCI labels are not visible, so they come from the JSON the build bakes
+One answer for receipts (ddtree.receipts.receipt) and for the JIT cache folder (ddtree.serve.jit_cache).
+Inside a container the OCI labels are not visible, so they come from the JSON the build bakes
 (/opt/ddtree/image-labels.json, or $DDTREE_IMAGE_LABELS); on the host from `docker image inspect REF`.
 Both give the same labels for the same image, so both give the same key.
 

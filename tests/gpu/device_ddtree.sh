@@ -16,7 +16,7 @@
 #      traceback, exiting other than 0/1, or printing no verdict. It exits 2 when the server never got ready.
 #      Server logs, bench results and both outputs land in $OUT/live. About 1.5-2.5 minutes.
 #   5. warm (tests/gpu/warm_start.py; not part of all): the tiny DDTREE server started three times with keyed
-#      JIT caches (ddtree.jit_cache): cold, the same image again (warm), a new image (cold again); time to
+#      JIT caches (ddtree.serve.jit_cache): cold, the same image again (warm), a new image (cold again); time to
 #      ready and cache files per start in $OUT/warm/warm_start.json. About 3-5 minutes.
 #   6. stress (tests/gpu/stress_ddtree.py; not part of `all`, run it in its own call): the tiny models with a
 #      noisy target, served with DDTREE then without speculation, CUDA graphs on, a 12288-token KV pool,

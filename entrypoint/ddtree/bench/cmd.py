@@ -154,7 +154,7 @@ def _connect(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
 
     if not args.url:
         raise UserError("--url is required, e.g. --url http://127.0.0.1:30000")
-    from ddtree.serve import api_key_from
+    from ddtree.serve.secret_args import api_key_from
 
     args.api_key = args.api_key or api_key_from(os.environ) or os.environ.get("OPENAI_API_KEY") or None
     probe = Client(args.url, api="generate", timeout=args.timeout, api_key=args.api_key)

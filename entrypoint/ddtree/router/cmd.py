@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 
 from ddtree.errors import UserError
 from ddtree.router.launch import KEY_FD_ENV
-from ddtree.serve import SECRET_ENV, api_key_from, render_command
+from ddtree.serve.secret_args import SECRET_ENV, api_key_from, render_command
 
 EXIT_CANNOT_RUN = 2
 POLICIES = ("cache_aware", "round_robin", "power_of_two", "random")

@@ -32,11 +32,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ddtree import gpu, image_identity, lockfile, serve
+from ddtree import gpu, image_identity, lockfile
 from ddtree.errors import UserError
 from ddtree.fsutil import sha256_file
 from ddtree.jsontext import load_file
 from ddtree.selfcheck.checks import CheckResult, Context, check, failed, passed, skipped
+from ddtree.serve import launch as serve_launch
+from ddtree.serve import preflight as serve_preflight
 from ddtree.weights import hashes as weights_hash
 from ddtree.weights import lock as weights_lock
 
@@ -44,23 +46,23 @@ IMAGE_LOCK = Path("/opt/ddtree/requirements.lock")
 SGLANG = "sglang"
 
 
-def _plan(environ: Mapping[str, str]) -> serve.Launch:
+def _plan(environ: Mapping[str, str]) -> serve_launch.Launch:
     return _plan_cached(tuple(sorted(environ.items())))
 
 
 @lru_cache(maxsize=4)
-def _plan_cached(items: tuple[tuple[str, str], ...]) -> serve.Launch:
-    return serve.plan(dict(items))
+def _plan_cached(items: tuple[tuple[str, str], ...]) -> serve_launch.Launch:
+    return serve_launch.plan(dict(items))
 
 
 def _skip_list(ctx: Context) -> set[str]:
     try:
-        return serve.skipped_checks(ctx.environ)
+        return serve_preflight.skipped_checks(ctx.environ)
     except UserError:
         return set()
 
 
-def _plan_or_none(ctx: Context) -> serve.Launch | None:
+def _plan_or_none(ctx: Context) -> serve_launch.Launch | None:
     try:
         return _plan(ctx.environ)
     except UserError:
@@ -224,7 +226,7 @@ def labels_check(ctx: Context) -> CheckResult:
     return passed(f"{len(want)} labels agree ({', '.join(sorted(want))})", **data)
 
 
-def _needs_plan(ctx: Context, name: str) -> serve.Launch | CheckResult:
+def _needs_plan(ctx: Context, name: str) -> serve_launch.Launch | CheckResult:
     if name in _skip_list(ctx):
         return skipped(f"skipped by DDTREE_SKIP_CHECKS={ctx.environ.get('DDTREE_SKIP_CHECKS')}")
     launch = _plan_or_none(ctx)
@@ -234,8 +236,8 @@ def _needs_plan(ctx: Context, name: str) -> serve.Launch | CheckResult:
 
 
 def _mounted_plan(
-    ctx: Context, name: str, folder_of: Callable[[serve.Launch], Path]
-) -> serve.Launch | CheckResult:
+    ctx: Context, name: str, folder_of: Callable[[serve_launch.Launch], Path]
+) -> serve_launch.Launch | CheckResult:
     """The launch plan when its `folder_of` folder is there; a skip otherwise (see _needs_plan).
 
     A folder that does not exist at all is "not mounted here" (a build-host run), not a broken one.
@@ -269,9 +271,9 @@ def gpu_check(ctx: Context) -> CheckResult:
             "no GPU runtime in this container (nvidia-smi absent): a build-host run; on the GPU host "
             "start it with GPUs (`ddtree serve` refuses to start without them)"
         )
-    found = serve.check_gpu(launch, ctx.environ, lambda argv: gpu.run_nvidia_smi([exe, *argv[1:]]))
+    found = serve_preflight.check_gpu(launch, ctx.environ, lambda argv: gpu.run_nvidia_smi([exe, *argv[1:]]))
     return passed(
-        gpu.describe(found, serve.tp_of(launch)),
+        gpu.describe(found, serve_launch.tp_of(launch)),
         count=len(found),
         gpus=[vars(g) for g in found],
     )
@@ -288,16 +290,16 @@ def shm_check(ctx: Context) -> CheckResult:
             "(checked on the GPU host)",
             bytes=size,
         )
-    size = gpu.check_shm(serve.shm_floor(ctx.environ))
+    size = gpu.check_shm(serve_preflight.shm_floor(ctx.environ))
     return passed(f"/dev/shm {size / 2**30:.1f} GiB", bytes=size)
 
 
 @check("weights")
 def weights_check(ctx: Context) -> CheckResult:
-    launch = _mounted_plan(ctx, "weights", serve.Launch.model_dir)
+    launch = _mounted_plan(ctx, "weights", serve_launch.Launch.model_dir)
     if isinstance(launch, CheckResult):
         return launch
-    summary = serve.check_weights(launch)
+    summary = serve_preflight.check_weights(launch)
     return passed(
         f"{summary.path}: {summary.model_type}, {summary.num_hidden_layers} layers, "
         f"{len(summary.shards)} shards, {summary.total_bytes / 1e9:.1f} GB (headers and sizes)",
@@ -309,15 +311,15 @@ def weights_check(ctx: Context) -> CheckResult:
 
 @check("drafter")
 def drafter_check(ctx: Context) -> CheckResult:
-    launch = _mounted_plan(ctx, "drafter", serve.Launch.drafter_dir)
+    launch = _mounted_plan(ctx, "drafter", serve_launch.Launch.drafter_dir)
     if isinstance(launch, CheckResult):
         return launch
     target = None
     # A broken target is the weights check's finding; the drafter is still checked on its own. Its
     # shape facts come from the target's config: the weights check has read the shard headers already.
     with contextlib.suppress(UserError):
-        target = serve.target_config(launch)
-    summary = serve.check_drafter(launch, target)
+        target = serve_preflight.target_config(launch)
+    summary = serve_preflight.check_drafter(launch, target)
     return passed(
         f"{summary.path}: block size {summary.block_size}, "
         f"captures target layers {list(summary.target_layer_ids or [])}",

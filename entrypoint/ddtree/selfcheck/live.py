@@ -34,7 +34,7 @@ from ddtree.receipts import receipt
 from ddtree.receipts import reference as reference_mod
 from ddtree.router.workers import list_replicas
 from ddtree.selfcheck.checks import CheckResult, Context, Outcome, format_table, report_dict
-from ddtree.serve import BLOCK_SIZE_FLAGS
+from ddtree.serve.argv import BLOCK_SIZE_FLAGS
 
 REPRODUCED = "REPRODUCED"
 DEGRADED = "DEGRADED"
@@ -411,7 +411,7 @@ def selfcheck_live(args: Any) -> int:
     import os
     import sys
 
-    from ddtree.serve import api_key_from
+    from ddtree.serve.secret_args import api_key_from
 
     expectation = load_expectation(Path(args.reference) if args.reference else None)
     settings = {

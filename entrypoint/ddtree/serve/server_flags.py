@@ -119,5 +119,5 @@ def available() -> bool:
     return sglang_parser() is not None
 
 
-if __name__ == "__main__":  # `python -m ddtree.server_flags ARGS...`: what SGLang would read
+if __name__ == "__main__":  # `python -m ddtree.serve.server_flags ARGS...`: what SGLang would read
     print(parse(sys.argv[1:]))
