@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddtree.bench.client import Client, GenerationRequest, RequestResult
+from ddtree.bench.client import Client, GenerationRequest
 from ddtree.bench.serverinfo import server_info_answer, server_settings
 from ddtree.bench.stats import describe
+from ddtree.bench.stream import RequestResult
 from ddtree.errors import UserError
 from ddtree.receipts import receipt
 from ddtree.receipts import reference as reference_mod
