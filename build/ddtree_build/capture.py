@@ -35,8 +35,9 @@ from pathlib import Path
 from ddtree.errors import UserError
 from ddtree.os_release import parse_os_release
 
-from ddtree_build import paths, pristine
+from ddtree_build import paths
 from ddtree_build.package_manifest import write_manifest
+from ddtree_build.patching import pristine
 
 DISTRIBUTION = "sglang"
 ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "TORCH_CUDA_", "FLASHINFER_")

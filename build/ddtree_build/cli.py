@@ -18,7 +18,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "lock",
     "render",
     "image",
-    "patches_cmd",
+    "patching.cmd",
     "capture",
     "import_package",
 )

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ddtree.errors import UserError
 from ddtree.fsutil import sha256_bytes
 
-from ddtree_build import pristine
+from ddtree_build.patching import pristine
 
 if TYPE_CHECKING:
     from ddtree.patchset import udiff

@@ -24,7 +24,7 @@ def test_ddtree_build_start_leaves_heavy_modules_unloaded() -> None:
     """`--help`/`--version` import every command module; these stay out until a command needs them
     (together they were ~80 ms of a ~380 ms start). A module-level import of one of them fails here."""
     heavy = ("docker", "jinja2", "ssl", "urllib.request", "packaging.markers", "packaging.requirements",
-             "ddtree.patchset", "ddtree_build.patch_check", "ddtree_build.patch_edit")  # fmt: skip
+             "ddtree.patchset", "ddtree_build.patching.check", "ddtree_build.patching.edit")  # fmt: skip
     probe = (
         "import sys\nimport ddtree_build.cli as cli\ncli.build_parser()\n"
         f"print(' '.join(m for m in {heavy!r} if m in sys.modules))"

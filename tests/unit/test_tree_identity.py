@@ -17,7 +17,7 @@ import pytest
 from ddtree.fsutil import atomic_write, sha256_file
 from ddtree.receipts import tree_identity
 from ddtree.selfcheck import checks as framework
-from ddtree_build import pristine
+from ddtree_build.patching import pristine
 
 DIST_INFO = "packaging-26.2.dist-info"
 

@@ -21,7 +21,7 @@ def _series_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from ddtree_build import patch_check
+    from ddtree_build.patching import check as patch_check
 
     print(patch_check.check(args.series, against=args.against).summary())
     return 0
@@ -30,7 +30,7 @@ def _check(args: argparse.Namespace) -> int:
 def _apply(args: argparse.Namespace) -> int:
     from ddtree.patchset import engine, series
 
-    from ddtree_build import patch_check
+    from ddtree_build.patching import check as patch_check
 
     loaded = series.load(args.series or patch_check.series_path())
     reference = patch_check.pristine_reference(loaded)
@@ -41,7 +41,7 @@ def _apply(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from ddtree.patchset.verify import verify
 
-    from ddtree_build import patch_check
+    from ddtree_build.patching import check as patch_check
 
     result = verify(args.root, args.series or patch_check.series_path())
     if not result.ok:
@@ -51,7 +51,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _edit(args: argparse.Namespace) -> int:
-    from ddtree_build import patch_edit
+    from ddtree_build.patching import edit as patch_edit
 
     tree = patch_edit.edit(args.name, new=args.new, after=args.after, force=args.force)
     what = "the series up to " + (args.after or "its end") if args.new else f"the series up to {args.name}"
@@ -61,7 +61,7 @@ def _edit(args: argparse.Namespace) -> int:
 
 
 def _refresh(args: argparse.Namespace) -> int:
-    from ddtree_build import patch_edit
+    from ddtree_build.patching import edit as patch_edit
 
     report = patch_edit.refresh(
         args.name, purpose=args.purpose, signature_args=args.signatures, new=args.new, after=args.after
@@ -82,7 +82,7 @@ def _refresh(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from ddtree_build import patch_edit
+    from ddtree_build.patching import edit as patch_edit
 
     print("\n".join(patch_edit.list_patches()))
     return 0

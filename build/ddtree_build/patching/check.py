@@ -16,8 +16,8 @@ from ddtree.patchset import engine, udiff
 from ddtree.patchset import series as series_mod
 from ddtree.patchset.series import Series
 
-from ddtree_build import pristine
 from ddtree_build.errors import UserError, one_line
+from ddtree_build.patching import pristine
 from ddtree_build.paths import PATCHES_DIR
 
 

@@ -1,4 +1,4 @@
-"""The patch set's quilt-like edit/refresh workflow on the host (the check is patch_check.py).
+"""The patch set's quilt-like edit/refresh workflow on the host (the check is check.py).
 
 `edit NAME` makes .work/patches/NAME/tree = pristine wheel + the series up to and including NAME, and
 remembers the baseline (the series up to NAME's predecessor): a sha256 of every baseline file and a copy of
@@ -23,10 +23,10 @@ from ddtree.patchset import engine, udiff
 from ddtree.patchset import series as series_mod
 from ddtree.patchset.series import NEW, FileSpec, Patch, Series
 
-from ddtree_build import pristine
 from ddtree_build.errors import UserError
 from ddtree_build.host import file_lock
-from ddtree_build.patch_check import CheckReport, check, series_path
+from ddtree_build.patching import pristine
+from ddtree_build.patching.check import CheckReport, check, series_path
 from ddtree_build.paths import REPO_ROOT
 
 WORK_DIR = REPO_ROOT / ".work" / "patches"
