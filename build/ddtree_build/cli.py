@@ -19,8 +19,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "render",
     "image",
     "patching.cmd",
-    "capture",
-    "import_package",
+    "reproduction.capture",
+    "reproduction.import_cmd",
 )
 
 

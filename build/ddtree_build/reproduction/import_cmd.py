@@ -1,7 +1,7 @@
 """`ddtree-build import PKG`: turn a reproduction package (hand-made or captured) into env/ and patches/.
 
-The jobs: import_unit.py (the systemd unit -> a target profile), import_facts.py (freeze, system facts,
-results), import_patches.py (diffs + full files -> the series); this module checks, stages and places.
+The jobs: unit.py (the systemd unit -> a target profile), facts.py (freeze, system facts,
+results), patches.py (diffs + full files -> the series); this module checks, stages and places.
 
 Order: the manifest is checked first (missing, extra and mismatched files are all listed), nothing is read
 before that. Then, into a staging folder:
@@ -43,10 +43,10 @@ from ddtree.secret_rules import redact
 from ddtree.yamlfile import load_yaml
 
 from ddtree_build import paths
-from ddtree_build.import_facts import find_freeze, import_freeze, import_results, system_facts
-from ddtree_build.import_patches import DISTRIBUTION, import_patches
-from ddtree_build.import_unit import import_target, unit_secrets
-from ddtree_build.package_manifest import check_manifest, copy_listed
+from ddtree_build.reproduction.facts import find_freeze, import_freeze, import_results, system_facts
+from ddtree_build.reproduction.manifest import check_manifest, copy_listed
+from ddtree_build.reproduction.patches import DISTRIBUTION, import_patches
+from ddtree_build.reproduction.unit import import_target, unit_secrets
 
 GPU_TARGETS = (("RTX PRO 6000", "pro6000"), ("B300", "b300"))
 

@@ -36,8 +36,8 @@ from ddtree.errors import UserError
 from ddtree.os_release import parse_os_release
 
 from ddtree_build import paths
-from ddtree_build.package_manifest import write_manifest
 from ddtree_build.patching import pristine
+from ddtree_build.reproduction.manifest import write_manifest
 
 DISTRIBUTION = "sglang"
 ENV_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "TORCH_CUDA_", "FLASHINFER_")

@@ -15,8 +15,8 @@ from ddtree.lockfile import Pin, parse_pins
 from ddtree.os_release import parse_os_release
 from ddtree.receipts.reference import validate_reference
 
-from ddtree_build import smi_capture
 from ddtree_build.freeze import render_freeze
+from ddtree_build.reproduction import smi as smi_capture
 
 
 def find_freeze(pkg: Path) -> Path:
