@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 from ddtree.bench.client import Client
+from ddtree.bench.replicas import list_replicas, parse_workers
 from ddtree.errors import UserError
 from ddtree.receipts import receipt
 from ddtree.router import cmd as router_cmd
-from ddtree.router.workers import list_replicas, parse_workers
 
 from tests.unit.bench_double import DoubleConfig, serve
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 from ddtree.bench.client import Client
+from ddtree.bench.replicas import list_replicas
 from ddtree.errors import UserError
 from ddtree.router import cmd as router_cmd
-from ddtree.router.workers import list_replicas
 
 from tests.unit.bench_double import DoubleConfig, serve
 from tests.unit.test_router import STARTUP_S, _env, _free_port

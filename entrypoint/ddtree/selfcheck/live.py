@@ -14,7 +14,7 @@ Verdict against the reference's single-request DDTree result, with a relative to
     FAILED      unhealthy, not DDTree, different settings, generation failed, or no speculative metadata
 An unreachable server is "could not run" (exit 2): there is nothing to judge.
 
-Behind SGLang's router (ddtree.router.workers: GET /workers lists the replicas) every replica is checked
+Behind SGLang's router (ddtree.bench.replicas: GET /workers lists the replicas) every replica is checked
 directly, each with its own verdict, then the router: its server info comes from a replica (the router
 has none of its own), the generation goes through it, and a `replicas` step fails when a replica FAILED
 or could not be checked (warns when one is DEGRADED), so the router's verdict covers the whole set.
@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from ddtree.bench.client import Client, GenerationRequest
+from ddtree.bench.replicas import list_replicas
 from ddtree.bench.serverinfo import server_info_answer, server_settings
 from ddtree.bench.stats import describe
 from ddtree.bench.stream import RequestResult
 from ddtree.errors import UserError
 from ddtree.receipts import receipt
 from ddtree.receipts import reference as reference_mod
-from ddtree.router.workers import list_replicas
 from ddtree.selfcheck.checks import CheckResult, Context, Outcome, format_table, report_dict
 from ddtree.serve.argv import BLOCK_SIZE_FLAGS
 
