@@ -120,7 +120,7 @@ RUN site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])
     && ln -s "${site}/.ddtree-patchset" /opt/ddtree/patch-manifest
 # Whole-tree identity: every installed file against its wheel's RECORD (patched ones against the manifest),
 # and one digest over site-packages and the ddtree package; `ddtree selfcheck --offline --full` recomputes it.
-RUN python -m ddtree.tree_identity write --out /opt/ddtree/tree-identity.json
+RUN python -m ddtree.receipts.tree_identity write --out /opt/ddtree/tree-identity.json
 
 # ===============================================================================================================
 # Stage 4/4: runtime - the pro6000 profile, the entrypoint, labels last

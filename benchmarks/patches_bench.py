@@ -27,7 +27,8 @@ from ddtree.fsutil import sha256_bytes
 from ddtree.patchset import apply, udiff, verify
 from ddtree.patchset import series as series_mod
 from ddtree.patchset.series import FileSpec, Patch, Series
-from ddtree_build import patch_check, pristine
+from ddtree_build.patching import check as patch_check
+from ddtree_build.patching import pristine
 from ddtree_build.paths import PATCHES_DIR
 
 GOAL_CHECK_S = 5.0

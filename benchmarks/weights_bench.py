@@ -23,7 +23,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "entrypoint"), str(REPO)]
 
-from ddtree import weights, weights_hash  # noqa: E402
+from ddtree.weights import folders as weights  # noqa: E402
+from ddtree.weights import hashes as weights_hash  # noqa: E402
 
 from tests.synthetic_weights import write_target  # noqa: E402
 

@@ -20,8 +20,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from ddtree import smoke, smoke_server
 from ddtree.fsutil import atomic_write
+from ddtree.smoke import check as smoke
+from ddtree.smoke import server as smoke_server
 
 from benchmarks.pair import serve_bench
 

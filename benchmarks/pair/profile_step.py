@@ -294,7 +294,7 @@ def profile_mode(
 ) -> list[dict[str, Any]]:
     """Start the mode's server; per context, profile `steps` scheduler steps of one greedy request (after a
     warm-up request of the same length) and analyze the trace. One result per context."""
-    from ddtree import smoke_server
+    from ddtree.smoke import server as smoke_server
 
     from benchmarks.pair import serve_bench
 

@@ -2,7 +2,7 @@
 
     python -m benchmarks.pair.serve_bench --pair DIR --out OUT [--modes none,dflash,ddtree-8,...]
 
-For each mode, one server (ddtree.smoke_server.Server: triton attention, the profile's backend; CUDA graphs
+For each mode, one server (ddtree.smoke.server.Server: triton attention, the profile's backend; CUDA graphs
 on, batch sizes up to 64), then:
   1. greedy check: the pair's held-out eval prompts (eval_prompts.json), all at once, temperature 0,
      ignore_eos, the continuation length the rig evaluated; output ids and spec_accept_length per request;
@@ -29,9 +29,10 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ddtree import smoke, smoke_server
 from ddtree.fsutil import atomic_write
-from ddtree.smoke_models import SmokeSettings
+from ddtree.smoke import check as smoke
+from ddtree.smoke import server as smoke_server
+from ddtree.smoke.models import SmokeSettings
 
 MODES = ("none", "dflash", "ddtree-8", "ddtree-16", "ddtree-32")
 # A mode may carry one variant suffix: the same server settings with one step switch changed, so one sitting

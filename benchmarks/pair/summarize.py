@@ -16,11 +16,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ddtree import smoke
 from ddtree.bench.compare import load_json, run_from
 from ddtree.bench.report import accept_value, cell_median
 from ddtree.bench.stats import describe
 from ddtree.fsutil import atomic_write
+from ddtree.smoke import check as smoke
 
 from benchmarks.pair.serve_bench import BLOCK, MODES, TOPK
 

@@ -18,9 +18,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "lock",
     "render",
     "image",
-    "patches_cmd",
-    "capture",
-    "import_package",
+    "patching.cmd",
+    "reproduction.capture",
+    "reproduction.import_cmd",
 )
 
 

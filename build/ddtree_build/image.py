@@ -40,7 +40,8 @@ OVERRIDE_LOCK = "build-inputs/requirements.lock"
 # The CycloneDX SBOM in the context (sbom.py); the Dockerfile copies it to /opt/ddtree/sbom.cdx.json.
 SBOM_CONTEXT = "build-inputs/sbom.cdx.json"
 LABEL_PREFIXES: tuple[str, ...] = ("org.opencontainers.image.", "io.ddtree.")
-# The Dockerfile stage that writes the whole-tree identity, and where (ddtree.tree_identity.IDENTITY_FILE).
+# The Dockerfile stage that writes the whole-tree identity, and where
+# (ddtree.receipts.tree_identity.IDENTITY_FILE).
 TREE_STAGE = "patches"
 TREE_FILE = "/opt/ddtree/tree-identity.json"
 

@@ -23,7 +23,7 @@ from ddtree_build.errors import UserError
 
 SBOM_NAME = "sbom.cdx.json"
 IMAGE_PATH = "/opt/ddtree/" + SBOM_NAME
-# Property names the in-image summary reads (ddtree/selfcheck_sbom.py); keep the two in step.
+# Property names the in-image summary reads (ddtree/selfcheck/sbom.py); keep the two in step.
 PROP_ROLE = "io.ddtree:role"
 PROP_WEIGHTS_LOCK = "io.ddtree:weights-lock-sha256"
 PROP_SERIES = "io.ddtree:patch-series-sha256"
@@ -136,7 +136,7 @@ def make_sbom(inputs: SbomInputs) -> str:
 def _add_weights(bom, lock_path: Path, hashes) -> None:
     from cyclonedx.model import Property
     from cyclonedx.model.component import Component, ComponentType
-    from ddtree import weights_lock
+    from ddtree.weights import lock as weights_lock
     from packageurl import PackageURL
 
     lock = weights_lock.load_lock(lock_path)

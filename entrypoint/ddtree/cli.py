@@ -10,13 +10,13 @@ from ddtree.errors import command_parser, run_cli
 
 # Each entry is a module under ddtree with a `register(subparsers)` function.
 COMMAND_MODULES: tuple[str, ...] = (
-    "selfcheck",
-    "serve",
-    "router_cmd",
-    "bench_cmd",
-    "weights_cmd",
-    "receipt",
-    "profiles",
+    "selfcheck.cmd",
+    "serve.cmd",
+    "router.cmd",
+    "bench.cmd",
+    "weights.cmd",
+    "receipts.receipt",
+    "serve.profiles",
 )
 
 

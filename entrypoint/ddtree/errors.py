@@ -59,8 +59,9 @@ def run_cli(prog: str, build_parser: Callable[[], argparse.ArgumentParser], argv
 
 def one_line(message: str) -> str:
     """`message` with control characters escaped (`\\n`): a value quoted into it (a path or an environment
-    value with a newline) cannot split the one line an error is."""
-    return "".join(ch if ch >= " " and ch != "\x7f" else repr(ch)[1:-1] for ch in message)
+    value with a newline) cannot split the one line an error is. NEL, U+2028 and U+2029 too: str.splitlines
+    breaks lines there."""
+    return "".join(ch if ch >= " " and ch not in "\x7f\x85\u2028\u2029" else repr(ch)[1:-1] for ch in message)
 
 
 def interrupted(prog: str) -> int:

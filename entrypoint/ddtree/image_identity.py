@@ -1,7 +1,7 @@
 """Which image this is: its labels, a short identity key over them, and the weights lock.
 
-One answer for receipts (ddtree.receipt) and for the JIT cache folder (ddtree.jit_cache). Inside a
-container the OCI labels are not visible, so they come from the JSON the build bakes
+One answer for receipts (ddtree.receipts.receipt) and for the JIT cache folder (ddtree.serve.jit_cache).
+Inside a container the OCI labels are not visible, so they come from the JSON the build bakes
 (/opt/ddtree/image-labels.json, or $DDTREE_IMAGE_LABELS); on the host from `docker image inspect REF`.
 Both give the same labels for the same image, so both give the same key.
 
@@ -31,7 +31,7 @@ from typing import Any
 from ddtree.errors import UserError
 from ddtree.fsutil import decode_text
 from ddtree.jsontext import load_file, loads
-from ddtree.weights_lock import default_lock_path, lock_identity
+from ddtree.weights.lock import default_lock_path, lock_identity
 
 LABEL_FILES = (Path("/opt/ddtree/image-labels.json"), Path("/etc/ddtree/image-labels.json"))
 KEY_PREFIX = "io.ddtree."
@@ -115,7 +115,7 @@ def identity_key(labels: Mapping[str, str], with_tree: bool = True) -> str | Non
 
 def weights_lock(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """The weights lock the server checks against ($DDTREE_WEIGHTS_LOCK, else env/weights.yaml): its path
-    and ddtree.weights_lock's identity (`sha256:HEX`, as the SBOM records it); None when there is no lock.
+    and ddtree.weights.lock's identity (`sha256:HEX`, as the SBOM records it); None when there is no lock.
     Receipts record it under image.weights_lock."""
     environ = os.environ if environ is None else environ
     path = default_lock_path(environ)
@@ -132,7 +132,7 @@ def known_tree(labels: Mapping[str, str]) -> str | None:
 
 def served(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """The identity the server reports (see the module docstring); None outside a ddtree image."""
-    from ddtree import tree_identity
+    from ddtree.receipts import tree_identity
 
     environ = os.environ if environ is None else environ
     path = next((p for p in LABEL_FILES if p.is_file()), None)

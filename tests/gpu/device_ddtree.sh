@@ -16,7 +16,7 @@
 #      traceback, exiting other than 0/1, or printing no verdict. It exits 2 when the server never got ready.
 #      Server logs, bench results and both outputs land in $OUT/live. About 1.5-2.5 minutes.
 #   5. warm (tests/gpu/warm_start.py; not part of all): the tiny DDTREE server started three times with keyed
-#      JIT caches (ddtree.jit_cache): cold, the same image again (warm), a new image (cold again); time to
+#      JIT caches (ddtree.serve.jit_cache): cold, the same image again (warm), a new image (cold again); time to
 #      ready and cache files per start in $OUT/warm/warm_start.json. About 3-5 minutes.
 #   6. stress (tests/gpu/stress_ddtree.py; not part of `all`, run it in its own call): the tiny models with a
 #      noisy target, served with DDTREE then without speculation, CUDA graphs on, a 12288-token KV pool,
@@ -48,7 +48,7 @@
 #   (all = pytest smoke live), e.g. `bash tests/gpu/device_ddtree.sh core steps`; an unknown mode exits 2.
 #   SMOKE_TP=2 (or 4): the smoke's servers run tensor-parallel over that many GPUs (the TP top-k merge).
 #   DDTREE_SMOKE_ARCH=mla: the smoke's target is Kimi K2.6's architecture (DeepSeek-V3 MLA + MoE, tiny:
-#   ddtree.smoke_models_mla) instead of Qwen3's; STRESS_ARGS="--arch mla" does the same for the stress.
+#   ddtree.smoke.models_mla) instead of Qwen3's; STRESS_ARGS="--arch mla" does the same for the stress.
 #   STRESS_TP=2: the stress servers run tensor-parallel, and the odd requests sample (T 0.8, top-p 0.9).
 #   STRESS_ARGS="--budget 4": more stress_ddtree.py flags (--budget 4: block size 8 > budget + 1;
 #   --algorithm DFLASH: the same stress on upstream DFlash, to tell whose bug a failure is).

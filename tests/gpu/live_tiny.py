@@ -34,7 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ddtree import smoke, smoke_models, smoke_server
+from ddtree.smoke import check as smoke
+from ddtree.smoke import models as smoke_models
+from ddtree.smoke import server as smoke_server
 
 PROFILE = "pro6000"
 CONTEXTS = "128,1024"

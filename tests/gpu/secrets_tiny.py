@@ -117,7 +117,7 @@ def _arch() -> str:
 
 
 def _free_port() -> int:
-    from ddtree.smoke_server import _free_port as free
+    from ddtree.smoke.server import _free_port as free
 
     return free()
 
@@ -151,7 +151,8 @@ def _wait(url: str, key: str, proc: subprocess.Popen[bytes], route: str, timeout
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ddtree import smoke, smoke_models
+    from ddtree.smoke import check as smoke
+    from ddtree.smoke import models as smoke_models
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for logs, dumps and the receipt")

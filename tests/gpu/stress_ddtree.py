@@ -60,8 +60,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ddtree import smoke, smoke_models, smoke_server
-from ddtree.bench.client import Client, iter_sse
+from ddtree.bench.client import Client
+from ddtree.bench.wire import iter_sse
+from ddtree.smoke import check as smoke
+from ddtree.smoke import models as smoke_models
+from ddtree.smoke import server as smoke_server
 
 PROFILE = "pro6000"
 REQUESTS = 32

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from ddtree_build import capture, pristine
+from ddtree_build.patching import pristine
+from ddtree_build.reproduction import capture
 
 VERSION = "0.5.13.post1"
 

@@ -7,7 +7,7 @@ skipped otherwise by the gpu tier's conftest, and here when SGLang does not impo
 from __future__ import annotations
 
 import pytest
-from ddtree import smoke
+from ddtree.smoke import check as smoke
 
 
 def test_smoke_passes_on_this_gpu(tmp_path) -> None:

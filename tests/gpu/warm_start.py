@@ -3,7 +3,7 @@
 Run by tests/gpu/device_ddtree.sh warm (not collected by pytest: no test_ prefix). No Docker on the device, so
 the image is stood in for by a labels file (what the build bakes at /opt/ddtree/image-labels.json) and the
 compose volume by a folder: DDTREE_IMAGE_LABELS and DDTREE_JIT_CACHE_DIR, exactly the variables `ddtree
-serve` reads in the image. ddtree.jit_cache turns them into the cache variables (Triton, flashinfer, torch
+serve` reads in the image. ddtree.serve.jit_cache makes them the cache variables (Triton, flashinfer, torch
 extensions, inductor, the driver's PTX cache, XDG_CACHE_HOME) for each start of smoke's tiny DDTREE server
 (CUDA graphs on, the pro6000 profile's DDTree settings):
 
@@ -27,7 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from ddtree import jit_cache, smoke, smoke_models, smoke_server
+from ddtree.serve import jit_cache
+from ddtree.smoke import check as smoke
+from ddtree.smoke import models as smoke_models
+from ddtree.smoke import server as smoke_server
 
 PROFILE = "pro6000"
 LAUNCH_TIMEOUT_S = 600.0

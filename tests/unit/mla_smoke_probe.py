@@ -1,5 +1,5 @@
 """Run inside the CPU SGLang environment (tests/unit/test_smoke_mla.py): the patched sglang 0.5.13.post1 reads
-the smoke's tiny MLA + MoE target (ddtree.smoke_models_mla) as the server would, and prints one JSON object
+the smoke's tiny MLA + MoE target (ddtree.smoke.models_mla) as the server would, and prints one JSON object
 of facts: how ModelConfig and ServerArgs read it, DeepseekV3ForCausalLM built from it with the checkpoint
 loaded through the model's own load_weights, the DFlash aux-hidden capture hook, and Kimi K2.6's class
 (KimiK25ForConditionalGeneration) built around the same text config.
@@ -50,9 +50,9 @@ class _Warnings(logging.Handler):
 
 
 def _smoke_argv(target: str, drafter: str, mode: str) -> list[str]:
-    """The smoke server's flags for one mode (ddtree.smoke_server), on the CPU device."""
-    from ddtree.smoke_models import SmokeSettings, arch_server_args
-    from ddtree.smoke_server import mode_args
+    """The smoke server's flags for one mode (ddtree.smoke.server), on the CPU device."""
+    from ddtree.smoke.models import SmokeSettings, arch_server_args
+    from ddtree.smoke.server import mode_args
 
     settings = SmokeSettings(arch="mla")
     return [

@@ -10,8 +10,10 @@ import os
 import sys
 from pathlib import Path
 
-from ddtree import serve, server_flags
 from ddtree.errors import UserError
+from ddtree.serve import launch as serve_launch
+from ddtree.serve import server_flags
+from ddtree.serve import values as serve_values
 
 ENV_DIR = Path(__file__).resolve().parents[2] / "env"
 READ = ("--tp-size", "--port", "--speculative-num-draft-tokens", "--mem-fraction-static", "--context-length")
@@ -22,9 +24,9 @@ def outcome(extra: list[str], fallback: bool) -> dict:
     if fallback:
         server_flags.sglang_parser = lambda: None  # type: ignore[assignment]
     try:
-        launch = serve.plan({"DDTREE_TARGET": "pro6000"}, env_dir=str(ENV_DIR), extra=extra)
+        launch = serve_launch.plan({"DDTREE_TARGET": "pro6000"}, env_dir=str(ENV_DIR), extra=extra)
         values = {flag: launch.value(flag) for flag in READ}
-        values["tp"] = serve.tp_of(launch)
+        values["tp"] = serve_launch.tp_of(launch)
         return {"code": 0, "values": values}
     except UserError as exc:
         return {"code": exc.exit_code, "error": str(exc)}
@@ -43,7 +45,9 @@ def main() -> None:
         request = json.loads(line)
         if request.get("prefixes"):  # SGLang's options that are strict prefixes of what the fallback reads
             options = server_flags.sglang_parser()._option_string_actions
-            found = sorted({o for o in options for c in serve.FALLBACK_CHECKED if c.startswith(o) and o != c})
+            found = sorted(
+                {o for o in options for c in serve_values.FALLBACK_CHECKED if c.startswith(o) and o != c}
+            )
             print(json.dumps({"prefixes": found}), flush=True)
             continue
         extra = request["extra"]

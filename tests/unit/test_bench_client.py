@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from ddtree.bench.client import Client, Endpoint, GenerationRequest, iter_sse, run_concurrently
+from ddtree.bench.client import Client, Endpoint, GenerationRequest, run_concurrently
 from ddtree.bench.serverinfo import parse_prometheus, probe_server, scrape_accept_length
+from ddtree.bench.wire import iter_sse
 from ddtree.errors import UserError
 
 from tests.unit.bench_double import DoubleConfig, serve

@@ -9,7 +9,7 @@ import pytest
 from ddtree.bench.compare import EXIT_FAIL, EXIT_INCOMPLETE, compare
 from ddtree.cli import main
 from ddtree.errors import UserError
-from ddtree.reference import default_reference_path
+from ddtree.receipts.reference import default_reference_path
 
 REFERENCE = """\
 schema: 1

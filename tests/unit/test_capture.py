@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from ddtree.errors import UserError
 from ddtree.patchset import udiff
-from ddtree_build import capture, pristine
-from ddtree_build.package_manifest import check_manifest, read_manifest
+from ddtree_build.patching import pristine
+from ddtree_build.reproduction import capture
+from ddtree_build.reproduction.manifest import check_manifest, read_manifest
 
 VERSION = "0.5.13.post1"
 EDITED = "sglang/srt/speculative/dflash_worker.py"

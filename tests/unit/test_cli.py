@@ -24,7 +24,7 @@ def test_ddtree_build_start_leaves_heavy_modules_unloaded() -> None:
     """`--help`/`--version` import every command module; these stay out until a command needs them
     (together they were ~80 ms of a ~380 ms start). A module-level import of one of them fails here."""
     heavy = ("docker", "jinja2", "ssl", "urllib.request", "packaging.markers", "packaging.requirements",
-             "ddtree.patchset", "ddtree_build.patch_check", "ddtree_build.patch_edit")  # fmt: skip
+             "ddtree.patchset", "ddtree_build.patching.check", "ddtree_build.patching.edit")  # fmt: skip
     probe = (
         "import sys\nimport ddtree_build.cli as cli\ncli.build_parser()\n"
         f"print(' '.join(m for m in {heavy!r} if m in sys.modules))"
@@ -57,7 +57,7 @@ sys.meta_path.insert(0, _Slow())
     ("module", "prog", "slow", "argv"),
     [
         ("ddtree_build.cli", "ddtree-build", "ddtree_build.render", ["lock", "--check"]),
-        ("ddtree.cli", "ddtree", "ddtree.bench_cmd", ["serve", "--dry-run"]),
+        ("ddtree.cli", "ddtree", "ddtree.bench.cmd", ["serve", "--dry-run"]),
     ],
 )
 def test_ctrl_c_during_start_up_is_one_line(tmp_path, module, prog, slow, argv) -> None:

@@ -1,8 +1,8 @@
 """The device scripts (tests/gpu/*.py) use only names that the ddtree package really defines.
 
-They run only on the GPU host, so a name that moved (ddtree.smoke.start_ddtree_server went to
-ddtree.smoke_server in the smoke split) used to show there first, as an AttributeError after the device
-sitting had started. Here every `from ddtree import m` / `import ddtree.m as x` in those scripts is read
+They run only on the GPU host, so a name that moved (start_ddtree_server went from the smoke check to
+ddtree.smoke.server in the smoke split) used to show there first, as an AttributeError after the device
+sitting had started. Here every `from ddtree[.pkg] import m` / `import ddtree.m as x` in those scripts is read
 with ast and each `m.name` they use is looked up on the real module.
 """
 
@@ -37,10 +37,10 @@ def ddtree_uses(source: str) -> set[tuple[str, str]]:
 
 
 def test_the_reader_finds_a_missing_name() -> None:
-    """The check can fail: the pre-fix step-checks line names a function ddtree.smoke does not have."""
-    uses = ddtree_uses("from ddtree import smoke\nserver = smoke.start_ddtree_server(1, 2)\n")
-    assert uses == {("ddtree.smoke", "start_ddtree_server")}
-    assert not hasattr(importlib.import_module("ddtree.smoke"), "start_ddtree_server")
+    """The check can fail: the pre-fix step-checks line names a function ddtree.smoke.check does not have."""
+    uses = ddtree_uses("from ddtree.smoke import check as smoke\nserver = smoke.start_ddtree_server(1, 2)\n")
+    assert uses == {("ddtree.smoke.check", "start_ddtree_server")}
+    assert not hasattr(importlib.import_module("ddtree.smoke.check"), "start_ddtree_server")
 
 
 @pytest.mark.parametrize("script", GPU_SCRIPTS, ids=lambda p: p.name)

@@ -19,16 +19,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ddtree import weights_lock
 from ddtree.errors import UserError
 from ddtree.fsutil import sha256_file
 from ddtree.lockfile import read_pins
-from ddtree.reference import load_reference
+from ddtree.receipts.reference import load_reference
 from ddtree.targets import load_target
-from ddtree_build import capture, import_package
-from ddtree_build.import_package import run_import
-from ddtree_build.import_unit import map_exec_start, read_unit
-from ddtree_build.package_manifest import write_manifest
+from ddtree.weights import lock as weights_lock
+from ddtree_build.reproduction import capture
+from ddtree_build.reproduction import import_cmd as import_package
+from ddtree_build.reproduction.import_cmd import run_import
+from ddtree_build.reproduction.manifest import write_manifest
+from ddtree_build.reproduction.unit import map_exec_start, read_unit
 
 from tests.fixtures.make_repro_package import DDTREE, RUNNER, WORKER, write_package
 from tests.synthetic_weights import write_drafter, write_hf_cache, write_target
@@ -270,7 +271,7 @@ def test_links_leaving_the_package_are_refused(
 def test_only_listed_files_are_read(package: Path, tmp_path: Path, targets_dir: Path, monkeypatch) -> None:
     """The import reads a snapshot of exactly the listed files: a file added after the manifest check (as
     if by a race) is never seen, and a listed file that changes during the copy is refused."""
-    from ddtree_build import package_manifest
+    from ddtree_build.reproduction import manifest as package_manifest
 
     real_check = package_manifest.check_manifest
 

@@ -15,8 +15,8 @@ from ddtree import secret_rules
 from ddtree.errors import UserError
 from ddtree.targets import load_target
 from ddtree_build import render
-from ddtree_build.import_package import run_import
-from ddtree_build.package_manifest import write_manifest
+from ddtree_build.reproduction.import_cmd import run_import
+from ddtree_build.reproduction.manifest import write_manifest
 
 from tests.unit.test_import import package, repro_package, targets_dir  # noqa: F401 (pytest fixtures)
 from tests.unit.test_render import _write_env

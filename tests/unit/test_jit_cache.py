@@ -11,8 +11,9 @@ import os
 from pathlib import Path
 
 import pytest
-from ddtree import jit_cache, serve
 from ddtree.errors import UserError
+from ddtree.serve import jit_cache
+from ddtree.serve import launch as serve_launch
 
 TARGETS_ENV = Path(__file__).resolve().parents[2] / "env"
 LABELS = {
@@ -68,7 +69,7 @@ def test_caller_setting_wins_and_unwritable_volume_is_one_line(tmp_path: Path) -
 
 def test_serve_exports_the_cache_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     environ = {**image(tmp_path, LABELS), "DDTREE_TARGET": "pro6000"}
-    launch = serve.plan(environ, env_dir=str(TARGETS_ENV))
+    launch = serve_launch.plan(environ, env_dir=str(TARGETS_ENV))
     assert launch.environment["TRITON_CACHE_DIR"].startswith(str(tmp_path / "volume"))
     assert launch.environment["NCCL_P2P_DISABLE"] == "1"  # the profile's own environment is still there
     assert os.environ.get("TRITON_CACHE_DIR") != launch.environment["TRITON_CACHE_DIR"]

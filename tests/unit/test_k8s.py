@@ -17,7 +17,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from ddtree import router_cmd
+from ddtree.router import cmd as router_cmd
 from ddtree.targets import load_target
 
 REPO = Path(__file__).resolve().parents[2]

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ddtree import live
 from ddtree.errors import UserError
+from ddtree.selfcheck import live
 
 from tests.unit.bench_double import send_body, serve_handler
 

@@ -1,4 +1,4 @@
-"""The device's `live` mode (tests/gpu/live_tiny.py) and the smoke.py pieces it uses, without a GPU.
+"""The device's `live` mode (tests/gpu/live_tiny.py) and the ddtree.smoke pieces it uses, without a GPU.
 
 Real here: the tiny byte tokenizer's files (loaded with transformers when it is installed), the SGLang
 launch command (a real process: it exits at once because SGLang is not installed here, which is what
@@ -17,8 +17,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from ddtree import smoke, smoke_models, smoke_server
 from ddtree.cli import build_parser
+from ddtree.smoke import check as smoke
+from ddtree.smoke import models as smoke_models
+from ddtree.smoke import server as smoke_server
 
 from tests.gpu import live_tiny
 from tests.unit.bench_double import DoubleConfig, serve

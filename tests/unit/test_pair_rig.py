@@ -238,7 +238,7 @@ def test_toy_preset_trains_and_evaluates_end_to_end(tmp_path: Path) -> None:
 
 def test_serve_bench_and_summary_against_the_sglang_test_double(tmp_path: Path, monkeypatch) -> None:
     """serve_bench's per-mode run (greedy check, `ddtree bench` at two temperatures) and summarize's table,
-    with ddtree.smoke_server.Server replaced by the bench's SGLang TEST DOUBLE (no GPU here for SGLang)."""
+    with ddtree.smoke.server.Server replaced by the bench's SGLang TEST DOUBLE (no GPU here for SGLang)."""
     from ddtree.bench.client import Client
 
     from benchmarks.pair import serve_bench, summarize

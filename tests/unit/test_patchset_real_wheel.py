@@ -21,7 +21,7 @@ from ddtree.fsutil import sha256_bytes
 from ddtree.patchset import series as series_mod
 from ddtree.patchset import udiff
 from ddtree.patchset.series import FileSpec, Patch, Series
-from ddtree_build import pristine
+from ddtree_build.patching import pristine
 from ddtree_build.paths import CACHE_DIR, REPO_ROOT
 
 RUNNER = "sglang/srt/model_executor/cuda_graph_runner.py"

@@ -10,8 +10,10 @@ import json
 from pathlib import Path
 
 import pytest
-from ddtree import cli, gpu, profiles, serve
+from ddtree import cli, gpu
 from ddtree.errors import UserError
+from ddtree.serve import launch as serve_launch
+from ddtree.serve import profiles
 
 from tests.unit.test_serve import fake_nvidia_smi
 
@@ -61,12 +63,12 @@ def test_auto_in_a_pro6000_image_on_b300_swaps_the_environment(
         "TORCH_CUDA_ARCH_LIST": "12.0",
         **baked,
     }
-    launch = serve.plan(environ, env_dir=str(TARGETS.parent), gpu_runner=faked([B300] * 8))
+    launch = serve_launch.plan(environ, env_dir=str(TARGETS.parent), gpu_runner=faked([B300] * 8))
     assert launch.target.name == "b300" and "--disable-custom-all-reduce" not in launch.server_args
     assert launch.environment["TORCH_CUDA_ARCH_LIST"] == "10.3"
     assert launch.unset == ("NCCL_P2P_DISABLE", "SGLANG_ENABLE_JIT_DEEPGEMM")
     # A value the caller chose (not the image's baked one) still wins.
-    mine = serve.plan(
+    mine = serve_launch.plan(
         {**environ, "TORCH_CUDA_ARCH_LIST": "10.0"}, env_dir=str(TARGETS.parent), gpu_runner=faked([B300] * 8)
     )
     assert mine.environment["TORCH_CUDA_ARCH_LIST"] == "10.0"

@@ -20,10 +20,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ddtree import cli, targets, weights_fetch
+from ddtree import cli, targets
 from ddtree.errors import UserError
-from ddtree_build import render, smi_capture
-from ddtree_build.import_package import GPU_TARGETS
+from ddtree.weights import fetch as weights_fetch
+from ddtree_build import render
+from ddtree_build.reproduction import smi as smi_capture
+from ddtree_build.reproduction.import_cmd import GPU_TARGETS
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -231,7 +233,7 @@ def test_generated_packages_import_or_fail_in_one_line(
     """The fixture package with files replaced by generated content (manifest rewritten, so the content is
     what is judged): `ddtree-build import` ends in exit 0 or one line, and a failed import writes nothing."""
     from ddtree_build.cli import main as build_main
-    from ddtree_build.package_manifest import write_manifest
+    from ddtree_build.reproduction.manifest import write_manifest
 
     with tempfile.TemporaryDirectory() as folder:
         package = Path(shutil.copytree(repro_package, Path(folder) / "pkg"))

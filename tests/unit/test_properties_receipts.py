@@ -12,8 +12,8 @@ import json
 import tempfile
 from pathlib import Path
 
-from ddtree import receipt
 from ddtree.cli import main
+from ddtree.receipts import receipt
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ddtree import serve
+from ddtree.serve import values as serve_values
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -92,7 +92,7 @@ def _in_range(values: dict) -> None:
     for flag, text in values.items():
         if flag == "tp" or text is None:
             continue
-        bounds, _ = serve.CHECKED_NUMBERS[flag]
+        bounds, _ = serve_values.CHECKED_NUMBERS[flag]
         assert bounds.check(text) is not None, (flag, text)
 
 
@@ -154,7 +154,7 @@ def test_the_fallback_knows_every_option_that_is_a_prefix_of_one_it_reads(driver
     driver.proc.stdin.write(json.dumps({"prefixes": True}) + "\n")  # type: ignore[union-attr]
     driver.proc.stdin.flush()  # type: ignore[union-attr]
     found = json.loads(driver.proc.stdout.readline())["prefixes"]  # type: ignore[union-attr]
-    from ddtree import server_flags
+    from ddtree.serve import server_flags
 
     assert found and set(found) <= set(server_flags.ALIASES), found
 
@@ -176,7 +176,8 @@ ENV_VALUES = st.one_of(
 def test_generated_environments_end_in_one_line(env: dict[str, str], dry: bool, capsys, monkeypatch) -> None:
     """`ddtree serve` (no SGLang in this process: the token fallback) with generated DDTREE_* values:
     accepted or one line with exit 1/2, and the API key never shown. No exec: execvp is replaced."""
-    from ddtree import cli, server_flags
+    from ddtree import cli
+    from ddtree.serve import server_flags
 
     from tests.bad_input import assert_clean_outcome, run_cli
 

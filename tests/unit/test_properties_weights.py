@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 import safetensors
-from ddtree import cli, weights
+from ddtree import cli
 from ddtree.errors import UserError
-from ddtree.safetensors_layout import DTYPE_BITS
+from ddtree.weights import folders as weights
+from ddtree.weights.safetensors_layout import DTYPE_BITS
 from hypothesis import given
 from hypothesis import strategies as st
 

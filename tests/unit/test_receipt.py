@@ -15,10 +15,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from ddtree import image_identity, receipt, tree_identity
+from ddtree import image_identity
 from ddtree.bench.compare import compare
 from ddtree.cli import main
 from ddtree.errors import UserError
+from ddtree.receipts import receipt, tree_identity
 
 from tests.unit.bench_double import DoubleConfig, serve
 from tests.unit.test_live import GOOD_INFO, Behaviour, fake_server

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ddtree import receipt
 from ddtree.cli import main
+from ddtree.receipts import receipt
 
 from tests.unit.test_receipt import LABELS, image_env, live_receipt  # noqa: F401 (pytest fixtures)
 from tests.unit.test_tree_identity import site, wheel  # noqa: F401 (pytest fixtures)
@@ -125,7 +125,9 @@ def test_serve_measures_the_tree_and_a_changed_file_shows_in_the_served_identity
     """`ddtree serve`'s tree step over a real pip-installed folder standing in for the image's site-packages
     (tests/unit/test_tree_identity.py's fixture): the digest it exports is the build's until a file changes,
     as in an image built FROM the product; the served identity then fails verify's tree rule."""
-    from ddtree import image_identity, serve, tree_identity
+    from ddtree import image_identity
+    from ddtree.receipts import tree_identity
+    from ddtree.serve import preflight as serve_preflight
 
     monkeypatch.setattr(tree_identity, "image_roots", lambda: (site, []))
     baked = tmp_path / "tree-identity.json"
@@ -135,13 +137,13 @@ def test_serve_measures_the_tree_and_a_changed_file_shows_in_the_served_identity
     labels.write_text(json.dumps(LABELS))
     monkeypatch.setattr(image_identity, "LABEL_FILES", (labels,))
     lines: list[str] = []
-    measured = serve.measured_tree(lines.append)
+    measured = serve_preflight.measured_tree(lines.append)
     assert "(the build's;" in lines[-1]
     identity = image_identity.served(measured)
     assert identity is not None and identity["tree_sha256_measured"] == identity["tree_sha256"]
     assert receipt.served_problems({"served_image": identity, "image": {}}) == []
     (site / "packaging" / "added_by_a_derived_image.py").write_text("X = 1\n")
-    derived = image_identity.served(serve.measured_tree(lines.append))
+    derived = image_identity.served(serve_preflight.measured_tree(lines.append))
     assert derived is not None and "NOT the build's" in lines[-1]
     (problem,) = receipt.served_problems({"served_image": derived, "image": {}})
     assert problem.startswith("image: the server's files (tree ")
@@ -149,7 +151,7 @@ def test_serve_measures_the_tree_and_a_changed_file_shows_in_the_served_identity
 
 def test_replicas_behind_a_router_must_run_one_image() -> None:
     """A router's receipt records one replica's served identity; replicas of two images fail its step."""
-    from ddtree import live
+    from ddtree.selfcheck import live
 
     def replica(url: str, key: str) -> live.LiveReport:
         return live.LiveReport(url, live.REPRODUCED, server={"ddtree_image": {"key": key}})

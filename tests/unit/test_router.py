@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ddtree import receipt, router_cmd
 from ddtree.bench.client import Client
+from ddtree.bench.replicas import list_replicas, parse_workers
 from ddtree.errors import UserError
-from ddtree.router import list_replicas, parse_workers
+from ddtree.receipts import receipt
+from ddtree.router import cmd as router_cmd
 
 from tests.unit.bench_double import DoubleConfig, serve
 
@@ -249,7 +250,7 @@ def test_router_command_from_replica_urls() -> None:
     argv = router_cmd.router_command(
         {"DDTREE_REPLICAS": "http://gpu-1:30000, http://gpu-2:30000", "DDTREE_API_KEY": "k"}, ["--x", "1"]
     )
-    assert argv[1:3] == ["-m", "ddtree.router_launch"]  # sglang-router's launcher, the key from a memfd
+    assert argv[1:3] == ["-m", "ddtree.router.launch"]  # sglang-router's launcher, the key from a memfd
     assert argv[argv.index("--worker-urls") + 1 :][:2] == ["http://gpu-1:30000", "http://gpu-2:30000"]
     assert argv[argv.index("--policy") + 1] == "cache_aware"
     assert "--api-key" not in argv and "k" not in argv  # never on the router's command line

@@ -15,10 +15,10 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from ddtree import router_cmd
 from ddtree.bench.client import Client
+from ddtree.bench.replicas import list_replicas
 from ddtree.errors import UserError
-from ddtree.router import list_replicas
+from ddtree.router import cmd as router_cmd
 
 from tests.unit.bench_double import DoubleConfig, serve
 from tests.unit.test_router import STARTUP_S, _env, _free_port
@@ -70,7 +70,7 @@ def test_router_key_reaches_the_replica_but_no_argv_environment_or_log(tmp_path:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
-    assert "ddtree.router_launch" in cmdline or "sglang::router" in cmdline  # it is the router, after exec
+    assert "ddtree.router.launch" in cmdline or "sglang::router" in cmdline  # it is the router, after exec
     assert f"Bearer {KEY}" in replica.authorizations  # the router got the key and sent it on
     assert KEY not in cmdline and KEY not in ps.stdout
     assert KEY not in environ and "DDTREE_API_KEY" not in environ  # neither variable is inherited

@@ -11,9 +11,10 @@ import json
 from pathlib import Path
 
 import pytest
-from ddtree import checks as framework
-from ddtree import selfcheck_sbom, weights_lock
 from ddtree.lockfile import read_pins
+from ddtree.selfcheck import checks as framework
+from ddtree.selfcheck import sbom as selfcheck_sbom
+from ddtree.weights import lock as weights_lock
 from ddtree_build import image, render, sbom
 
 REPO = Path(__file__).resolve().parents[2]

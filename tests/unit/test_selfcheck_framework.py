@@ -8,10 +8,11 @@ import subprocess
 import sys
 
 import pytest
-from ddtree import __version__, selfcheck  # noqa: F401 (importing selfcheck registers its first checks)
-from ddtree import checks as framework
-from ddtree.checks import Check, Context, failed, passed, skipped
+from ddtree import __version__
 from ddtree.errors import UserError
+from ddtree.selfcheck import checks as framework
+from ddtree.selfcheck import cmd as selfcheck  # noqa: F401 (importing selfcheck registers its first checks)
+from ddtree.selfcheck.checks import Check, Context, failed, passed, skipped
 
 
 def _run_cli(*args: str) -> subprocess.CompletedProcess:

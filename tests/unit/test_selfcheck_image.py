@@ -1,4 +1,4 @@
-"""The image and GPU-host checks of `ddtree selfcheck` (selfcheck_image.py), through the real framework.
+"""The image and GPU-host checks of `ddtree selfcheck` (selfcheck/image.py), through the real framework.
 
 Real parts: a synthetic site-packages with an `sglang` package patched by the real patch engine (found
 through sys.path, as in the image), a hash-locked file read by the real lock parser against this
@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from ddtree import checks as framework
-from ddtree import selfcheck_image
 from ddtree.patchset import apply
+from ddtree.selfcheck import checks as framework
+from ddtree.selfcheck import image as selfcheck_image
 
 from tests.synthetic_weights import write_drafter, write_target
 from tests.unit.patchset_kit import RUNNER_PATH, make_tree, standard_series

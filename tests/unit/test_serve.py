@@ -17,7 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-from ddtree import cli, serve
+from ddtree import cli
+from ddtree.serve import argv as serve_argv
+from ddtree.serve import launch as serve_launch
+from ddtree.serve import secret_args
 
 from tests.synthetic_weights import write_drafter, write_target
 
@@ -150,8 +153,8 @@ def test_secrets_masked(env_dir: Path, clean_env, capsys) -> None:
 
 
 def test_mask_env_value() -> None:
-    assert serve.mask_env_value("HF_TOKEN", "hf_abcdefghijk") == serve.MASK
-    assert serve.mask_env_value("NCCL_P2P_DISABLE", "1") == "1"
+    assert secret_args.mask_env_value("HF_TOKEN", "hf_abcdefghijk") == secret_args.MASK
+    assert secret_args.mask_env_value("NCCL_P2P_DISABLE", "1") == "1"
 
 
 def test_unknown_target(env_dir: Path, clean_env, capsys) -> None:
@@ -372,9 +375,9 @@ def test_bad_profile_exit_2(env_dir: Path, clean_env, capsys) -> None:
 
 def test_block_size_prefers_explicit_flag() -> None:
     argv = ["--speculative-num-draft-tokens", "9", "--speculative-dflash-block-size", "8"]
-    assert serve.block_size_of(argv) == 8
-    assert serve.block_size_of(["--speculative-num-draft-tokens=8"]) == 8
-    assert serve.block_size_of([]) is None
+    assert serve_argv.block_size_of(argv) == 8
+    assert serve_argv.block_size_of(["--speculative-num-draft-tokens=8"]) == 8
+    assert serve_argv.block_size_of([]) is None
 
 
 @pytest.mark.parametrize("target", ["pro6000", "b300"])
@@ -452,7 +455,7 @@ def test_user_config_and_secrets_merge_into_one_config(env_dir, clean_env, tmp_p
     clean_env.setenv("DDTREE_API_KEY", "k-123456")
     config = tmp_path / "server.yaml"
     config.write_text("enable-metrics: true\ncontext-length: 8192\n")
-    launch = serve.plan(dict(os.environ), None, str(env_dir), ["--config", str(config)])
+    launch = serve_launch.plan(dict(os.environ), None, str(env_dir), ["--config", str(config)])
     assert "--config" not in launch.server_args and launch.secrets == {"api-key": "k-123456"}
     assert launch.user_config == {"enable-metrics": True, "context-length": 8192}
     assert launch.value("--context-length") == "8192"

@@ -31,9 +31,13 @@ import time
 from pathlib import Path
 
 import pytest
-from ddtree import image_identity, receipt, serve
+from ddtree import image_identity
 from ddtree.bench.serverinfo import server_settings
 from ddtree.errors import UserError
+from ddtree.receipts import receipt
+from ddtree.secret_rules import FULL_PREFIX_FLAGS
+from ddtree.serve import launch as serve_launch
+from ddtree.serve import secret_args
 
 from tests.unit.test_ddtree_sglang import TINY_TARGET, sglang_cpu_path  # noqa: F401 (a pytest fixture)
 from tests.unit.test_serve import PROFILE
@@ -307,8 +311,8 @@ def test_real_sglang_reads_the_keys_and_does_not_log_them(
 # ---------------------------------------------------------------- spellings (no server needed)
 
 
-def _plan(tmp_path: Path, extra: list[str], **environ: str) -> serve.Launch:
-    return serve.plan({"DDTREE_TARGET": "pro6000", **environ}, None, str(_env_dir(tmp_path)), extra)
+def _plan(tmp_path: Path, extra: list[str], **environ: str) -> serve_launch.Launch:
+    return serve_launch.plan({"DDTREE_TARGET": "pro6000", **environ}, None, str(_env_dir(tmp_path)), extra)
 
 
 @pytest.mark.parametrize(
@@ -371,14 +375,14 @@ for flag in guarded:
 print("PROBE", json.dumps(out))
 """
     env = {**os.environ, "PYTHONPATH": sglang_cpu_path, "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-c", probe, json.dumps(serve.GUARDED_FLAGS)],
+    done = subprocess.run([sys.executable, "-c", probe, json.dumps(secret_args.GUARDED_FLAGS)],
                           capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith("PROBE ")), None)
     assert line, done.stderr[-3000:]
     found = json.loads(line[6:])
-    assert sorted(set(found["exact"])) == sorted(serve.FULL_PREFIX_FLAGS)
+    assert sorted(set(found["exact"])) == sorted(FULL_PREFIX_FLAGS)
     for prefix, matches in found["resolved"].items():
         # Unique: argparse takes it as that option (a guarded one). Several: argparse refuses it too.
-        assert len(matches) > 1 or matches[0] in serve.GUARDED_FLAGS, (prefix, matches)
+        assert len(matches) > 1 or matches[0] in secret_args.GUARDED_FLAGS, (prefix, matches)
         with pytest.raises(UserError):
-            serve.spell_guarded_flags([prefix, "value"])
+            secret_args.spell_guarded_flags([prefix, "value"])

@@ -10,7 +10,9 @@ import subprocess
 import sys
 
 import pytest
-from ddtree import smoke, smoke_models, smoke_server
+from ddtree.smoke import check as smoke
+from ddtree.smoke import models as smoke_models
+from ddtree.smoke import server as smoke_server
 
 
 def test_successor_is_one_cycle_through_the_real_tokens() -> None:

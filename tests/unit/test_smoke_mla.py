@@ -1,4 +1,4 @@
-"""The smoke's tiny Kimi-K2.6-shaped target (`ddtree selfcheck --smoke --arch mla`, ddtree.smoke_models_mla)
+"""The smoke's tiny Kimi-K2.6-shaped target (`ddtree selfcheck --smoke --arch mla`, ddtree.smoke.models_mla)
 on CPU: what is written, and how the real patched sglang 0.5.13.post1 reads it.
 
 The probe (tests/unit/mla_smoke_probe.py, in the CPU SGLang environment of test_ddtree_sglang.py) parses
@@ -17,14 +17,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ddtree
 import pytest
-from ddtree import smoke, smoke_models, smoke_models_mla
 from ddtree.errors import UserError
+from ddtree.smoke import check as smoke
+from ddtree.smoke import models as smoke_models
+from ddtree.smoke import models_mla as smoke_models_mla
 
 from tests.unit.test_ddtree_sglang import sglang_cpu_path  # noqa: F401  (fixture)
 
 PROBE = Path(__file__).with_name("mla_smoke_probe.py")
-ENTRYPOINT = Path(smoke.__file__).resolve().parent.parent
+ENTRYPOINT = Path(ddtree.__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """The device's `stress` mode (tests/gpu/stress_ddtree.py) without a GPU.
 
 Real here: the request mix, stop-string placement, divergence and log checks, the noise written into
-smoke.py's real tiny weights, and the whole script (main, HTTP, aborts, gap queries, verdict, summary.json)
+the smoke check's tiny weights, and the whole script (main, HTTP, aborts, gap queries, verdict, summary.json)
 run against two TEST DOUBLES of SGLang's /generate and /abort_request: real HTTP, fake model (the tiny
 target's greedy walk along its successor cycle, answered by token ids, with stop strings on the byte
 tokenizer's text, aborts by rid, top-2 log-probs and the speculative server's custom-logit-processor
@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from ddtree import smoke_models
+from ddtree.smoke import models as smoke_models
 
 from tests.gpu import stress_ddtree as stress
 from tests.unit.bench_double import send_body
@@ -107,7 +107,7 @@ def test_compare_phase_judges_divergences_by_their_gap() -> None:
 
 
 def test_context_noise_touches_only_attention_and_mlp(tmp_path: Path) -> None:
-    """smoke.py's real tiny weights: seeded noise; embeddings, norms and the LM head keep their values."""
+    """ddtree.smoke's real tiny weights: seeded noise; embeddings, norms and the LM head keep their values."""
     torch = pytest.importorskip("torch")
     safetensors = pytest.importorskip("safetensors.torch")
     target, _ = smoke_models.write_models(tmp_path / "m", smoke_models.SmokeSettings())

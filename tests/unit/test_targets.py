@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ddtree.errors import UserError
-from ddtree.reference import load_reference, validate_reference
+from ddtree.receipts.reference import load_reference, validate_reference
 from ddtree.targets import load_target, merge_server_args, server_argv, validate_target
 
 

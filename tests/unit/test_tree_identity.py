@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from ddtree import checks as framework
-from ddtree import tree_identity
 from ddtree.fsutil import atomic_write, sha256_file
-from ddtree_build import pristine
+from ddtree.receipts import tree_identity
+from ddtree.selfcheck import checks as framework
+from ddtree_build.patching import pristine
 
 DIST_INFO = "packaging-26.2.dist-info"
 
@@ -111,7 +111,7 @@ def test_selfcheck_full_compares_the_baked_digest(
     site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`selfcheck --full`'s tree check, with this folder standing in for the image's site-packages."""
-    from ddtree import selfcheck_tree
+    from ddtree.selfcheck import tree as selfcheck_tree
 
     monkeypatch.setattr(tree_identity, "image_roots", lambda: (site, []))
     baked = tmp_path / "tree-identity.json"

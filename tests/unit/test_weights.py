@@ -9,8 +9,9 @@ import struct
 from pathlib import Path
 
 import pytest
-from ddtree import weights, weights_hash
 from ddtree.errors import UserError
+from ddtree.weights import folders as weights
+from ddtree.weights import hashes as weights_hash
 
 from tests.synthetic_weights import write_drafter, write_shard, write_target
 

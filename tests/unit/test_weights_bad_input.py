@@ -16,9 +16,12 @@ import struct
 from pathlib import Path
 
 import pytest
-from ddtree import checks as framework
-from ddtree import cli, selfcheck_image, weights, weights_hash
+from ddtree import cli
 from ddtree.errors import UserError
+from ddtree.selfcheck import checks as framework
+from ddtree.selfcheck import image as selfcheck_image
+from ddtree.weights import folders as weights
+from ddtree.weights import hashes as weights_hash
 
 from tests.synthetic_weights import write_drafter, write_hf_cache, write_target
 
@@ -235,10 +238,11 @@ def test_snapshot_mounted_without_its_blobs(tmp_path: Path, capsys) -> None:
 def test_read_only_mount_gives_no_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """statvfs is faked to report ST_RDONLY (a read-only bind mount needs privileges this test lacks);
     the read-write case is real (tmp_path), see test_weights_lock's serve test."""
-    from ddtree import serve, weights_layout
+    from ddtree.serve import preflight as serve_preflight
+    from ddtree.weights import layout as weights_layout
 
     lines: list[str] = []
-    serve.warn_read_write(tmp_path, lines.append)
+    serve_preflight.warn_read_write(tmp_path, lines.append)
     assert len(lines) == 1 and lines[0].startswith(f"warn mount    {tmp_path} is mounted read-write")
 
     class ReadOnly:
@@ -246,7 +250,7 @@ def test_read_only_mount_gives_no_warning(tmp_path: Path, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(weights_layout.os, "statvfs", lambda _: ReadOnly())
     lines.clear()
-    serve.warn_read_write(tmp_path, lines.append)
+    serve_preflight.warn_read_write(tmp_path, lines.append)
     assert lines == []
 
 

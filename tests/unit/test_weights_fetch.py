@@ -16,7 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from ddtree import cli, weights_capture, weights_fetch, weights_lock
+from ddtree import cli
+from ddtree.weights import capture as weights_capture
+from ddtree.weights import fetch as weights_fetch
+from ddtree.weights import lock as weights_lock
 
 from tests.fake_hub import FakeHub, FakeRepo
 from tests.synthetic_weights import write_drafter, write_target

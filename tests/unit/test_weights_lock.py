@@ -13,10 +13,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ddtree import checks as framework
-from ddtree import cli, selfcheck_image, selfcheck_weights, serve, weights_lock
+from ddtree import cli
 from ddtree.errors import UserError
-from ddtree.weights_layout import resolve_checkout
+from ddtree.selfcheck import checks as framework
+from ddtree.selfcheck import image as selfcheck_image
+from ddtree.selfcheck import weights as selfcheck_weights
+from ddtree.serve import launch as serve_launch
+from ddtree.serve import preflight as serve_preflight
+from ddtree.weights import lock as weights_lock
+from ddtree.weights.layout import resolve_checkout
 
 from tests.synthetic_weights import write_drafter, write_hf_cache, write_target
 
@@ -263,9 +268,9 @@ def test_serve_loads_the_locked_snapshot_of_a_cache_mount(served, locked) -> Non
     path, _, _ = locked
     (served["cache"] / "refs" / "main").write_text(REV_B)  # main moved on; the lock still says A
     environ = _serve_env(path, served["cache"], served["drafter"])
-    launch = serve.plan(environ)
+    launch = serve_launch.plan(environ)
     lines: list[str] = []
-    serve.preflight(launch, environ, log=lines.append)
+    serve_preflight.preflight(launch, environ, log=lines.append)
     snapshot = served["cache"] / "snapshots" / REV_A
     assert lines[0].startswith(f"ok   weights  {snapshot}: kimi_k25, 2 shards")
     assert (
@@ -281,7 +286,7 @@ def test_serve_command_has_the_locked_snapshot_and_the_in_memory_config(served, 
     """Both at once: the cache mount replaced by its locked snapshot, the API key only in --config."""
     path, _, _ = locked
     environ = _serve_env(path, served["cache"], served["drafter"], DDTREE_API_KEY="sk-merge-test-key")
-    launch = serve.plan(environ)
+    launch = serve_launch.plan(environ)
     command = launch.server_command("/tmp/ddtree-serve-x/server-config.yaml")
     assert command[command.index("--model-path") + 1] == str(served["cache"] / "snapshots" / REV_A)
     assert command[-2:] == ["--config", "/tmp/ddtree-serve-x/server-config.yaml"]
@@ -294,13 +299,13 @@ def test_serve_refuses_unlocked_weights_unless_allowed(served, locked) -> None:
     config = copy / "config.json"
     config.write_text(config.read_text().replace('"kimi_k2"', '"kimi_k3"'))  # same size, other text
     environ = _serve_env(path, copy, served["drafter"])
-    launch = serve.plan(environ)
-    message = _error(serve.preflight, launch, environ, log=lambda _: None)
+    launch = serve_launch.plan(environ)
+    message = _error(serve_preflight.preflight, launch, environ, log=lambda _: None)
     assert message.startswith(f"target file {config} has sha256 ")
     assert f"the lock {path} (moonshotai/Kimi-K2.6@{REV_A[:12]}) says " in message
     lines: list[str] = []
     allowed = {**environ, "DDTREE_ALLOW_UNLOCKED_WEIGHTS": "1"}
-    serve.preflight(launch, allowed, log=lines.append)
+    serve_preflight.preflight(launch, allowed, log=lines.append)
     assert f"warn lock     target file {config} has sha256 " in lines[1]
     assert lines[1].endswith("; running anyway (DDTREE_ALLOW_UNLOCKED_WEIGHTS=1)")
 

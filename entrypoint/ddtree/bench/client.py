@@ -8,12 +8,10 @@ Three request kinds share one timing model:
   `stream_options.continuous_usage_stats` (SGLang and vLLM do), else in the final chunk.
 - `chat`: /v1/chat/completions; the chat template adds tokens, so the context is what the server reports.
 
-Why token counts come from the server and not from chunk counts: with speculative decoding one chunk
-often carries several tokens (the accepted draft plus the bonus token).
-
 A server is input like any other: every answer is parsed with a depth limit (ddtree.jsontext) and checked
 against the shape the code reads (ddtree.jsonshape) before a field is touched, and a request's timeout
 bounds the whole exchange (a watchdog closes the socket), so a stream of keep-alives cannot outlast it.
+The reading is bench.wire's, the stream's meaning bench.stream's.
 """
 
 from __future__ import annotations
@@ -21,36 +19,20 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import socket
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from ddtree.bench.stream import GENERATE_EVENT, OPENAI_EVENT, RequestResult, StreamTracker
+from ddtree.bench.wire import Deadline, iter_sse, read_body, snippet
 from ddtree.errors import UserError
 from ddtree.jsonshape import ANY, NONE, problem
 from ddtree.jsontext import JsonProblem, parse
 
 API_KINDS = ("generate", "completions", "chat")
-# A plain JSON answer longer than this is not one this client asked for (server info is a few kB).
-MAX_BODY_BYTES = 64 << 20
-# The fields the stream tracker reads, per dialect (ddtree.jsonshape): anything else in an event is refused.
-GENERATE_EVENT = {
-    "text": (str, NONE),
-    "output_ids": ([int], NONE),
-    "meta_info": (
-        {
-            "completion_tokens": (int, NONE),
-            "prompt_tokens": (int, NONE),
-            "spec_verify_ct": (int, NONE),
-            "spec_accept_length": (float, NONE),
-            "finish_reason": ANY,
-        },
-        NONE,
-    ),
-}
 META_INFO = ({"completion_tokens": (int, NONE), "spec_accept_length": (float, NONE)}, NONE)
 GENERATE_REPLY = {"text": (str, NONE), "meta_info": META_INFO}
 OPENAI_REPLY = {
@@ -66,19 +48,6 @@ OPENAI_REPLY = {
     ),
     "usage": ({"completion_tokens": (int, NONE)}, NONE),
 }
-OPENAI_EVENT = {
-    "choices": (
-        [
-            {
-                "text": (str, NONE),
-                "delta": ({"content": (str, NONE), "reasoning_content": (str, NONE)}, NONE),
-                "finish_reason": ANY,
-            }
-        ],
-        NONE,
-    ),
-    "usage": ({"completion_tokens": (int, NONE), "prompt_tokens": (int, NONE)}, NONE),
-}
 
 
 @dataclass
@@ -92,47 +61,6 @@ class GenerationRequest:
     ignore_eos: bool = True
     model: str = "default"
     extra_body: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class RequestResult:
-    """What one streamed request measured. Times are seconds; `start` is time.perf_counter()."""
-
-    ok: bool
-    error: str | None = None
-    start: float = 0.0
-    end: float = 0.0
-    ttft_s: float | None = None
-    first_token_at: float | None = None
-    last_token_at: float | None = None
-    prompt_tokens: int | None = None
-    output_tokens: int = 0
-    chunks: int = 0
-    accept_length: float | None = None
-    verify_ct: int | None = None
-    finish_reason: str | None = None
-    text: str = ""
-
-    @property
-    def latency_s(self) -> float:
-        return self.end - self.start
-
-    @property
-    def decode_tok_s(self) -> float | None:
-        """Output tokens per second after the first token: (n - 1) / (last - first), i.e. 1 / mean TPOT."""
-        if self.first_token_at is None or self.last_token_at is None or self.output_tokens < 2:
-            return None
-        span = self.last_token_at - self.first_token_at
-        return (self.output_tokens - 1) / span if span > 0 else None
-
-    def summary(self, keep_text: bool = False) -> dict[str, Any]:
-        """A JSON-ready record (relative times, derived rates)."""
-        record = asdict(self)
-        if not keep_text:
-            record.pop("text")
-        record["latency_s"] = self.latency_s
-        record["decode_tok_s"] = self.decode_tok_s
-        return record
 
 
 @dataclass(frozen=True)
@@ -244,11 +172,11 @@ class Client:
         if status == 0:
             return None, f"GET {route}: no answer ({body})"
         if status != 200:
-            return None, f"GET {route} -> HTTP {status}: {_snippet(body)}"
+            return None, f"GET {route} -> HTTP {status}: {snippet(body)}"
         try:
             value = parse(body)
         except JsonProblem as exc:
-            return None, f"GET {route} -> HTTP 200 but {exc.brief}: {_snippet(body)}"
+            return None, f"GET {route} -> HTTP 200 but {exc.brief}: {snippet(body)}"
         if isinstance(schema, dict) and not isinstance(value, dict):
             return None, f"GET {route} -> HTTP 200 JSON {type(value).__name__}, not an object"
         misfit = problem(value, schema)
@@ -265,11 +193,11 @@ class Client:
         if status == 0:
             raise RuntimeError(f"POST {route}: no answer ({body})")
         if status != 200:
-            raise RuntimeError(f"POST {route} -> HTTP {status}: {_snippet(body, 300)}")
+            raise RuntimeError(f"POST {route} -> HTTP {status}: {snippet(body, 300)}")
         try:
             value = parse(body)
         except JsonProblem as exc:
-            raise RuntimeError(f"POST {route} -> HTTP 200 but {exc.brief}: {_snippet(body)}") from exc
+            raise RuntimeError(f"POST {route} -> HTTP 200 but {exc.brief}: {snippet(body)}") from exc
         misfit = problem(value, schema)
         if misfit:
             raise RuntimeError(f"POST {route} -> HTTP 200 JSON of another shape ({misfit})")
@@ -329,7 +257,7 @@ class Client:
             if resp.status != 200:
                 result.error = f"HTTP {resp.status}: {resp.read(4096).decode('utf-8', 'replace')[:300]}"
                 return result
-            tracker = _StreamTracker(self.api, result)
+            tracker = StreamTracker(self.api, result)
             ended = False
             for data in iter_sse(resp, lambda: deadline.expired):
                 now = time.perf_counter()
@@ -378,182 +306,6 @@ class Client:
         """A non-streaming request; returns the server's JSON answer (used by HumanEval)."""
         route, body = self.build_payload(req, stream=False)
         return self.post_json(route, body, schema=GENERATE_REPLY if self.api == "generate" else OPENAI_REPLY)
-
-
-class Deadline:
-    """Bounds a whole exchange: after `seconds` it shuts the connection's socket down, which ends any
-    read in progress. A socket timeout alone bounds each read, so a server that sends a keep-alive every
-    few seconds, or one byte at a time, would hold a request open for ever."""
-
-    def __init__(self, conn: http.client.HTTPConnection, seconds: float):
-        self.conn = conn
-        self.seconds = seconds
-        self.expired = False
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
-
-    def _expire(self) -> None:
-        self.expired = True
-        sock = self.conn.sock
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-    def start(self) -> None:
-        self._timer.start()
-
-    def cancel(self) -> None:
-        self._timer.cancel()
-
-    def __enter__(self) -> Deadline:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.cancel()
-
-    def explain(self, exc: BaseException | None) -> str:
-        """Why the exchange ended: the timeout when it expired, else the connection error."""
-        if self.expired:
-            return f"no complete answer within the timeout of {self.seconds:g} s (--timeout)"
-        return f"{type(exc).__name__}: {exc}" if exc is not None else "the connection ended"
-
-
-def _snippet(body: str, width: int = 120) -> str:
-    """A body on one line, cut short: enough to recognise an error page or a traceback's last words."""
-    text = " ".join(body.split())
-    return repr(text if len(text) <= width else text[:width] + "...") if text else "(empty body)"
-
-
-def iter_sse(resp: http.client.HTTPResponse, expired: Callable[[], bool] = lambda: False) -> Iterator[str]:
-    """Yield each server-sent event's data (multi-line data joined with newlines). Reads with `read1`
-    (what has arrived, at most one socket read) and asks `expired` before each read, so keep-alives or
-    one byte at a time cannot hold it past a deadline; a line over MAX_BODY_BYTES is refused."""
-    lines: list[str] = []
-    for raw in _lines(resp, expired):
-        line = raw.decode("utf-8", "replace").rstrip("\r\n")
-        if not line:
-            if lines:
-                yield "\n".join(lines)
-                lines = []
-            continue
-        if line.startswith(":"):
-            continue  # comment / keep-alive
-        if line.startswith("data:"):
-            lines.append(line[5:].removeprefix(" "))
-    if lines:
-        yield "\n".join(lines)
-
-
-def _lines(resp: http.client.HTTPResponse, expired: Callable[[], bool]) -> Iterator[bytes]:
-    pending = b""
-    while not expired():
-        try:
-            chunk = resp.read1(1 << 16)
-        except http.client.IncompleteRead:  # the stream was cut: judged by what came (no [DONE])
-            break
-        if not chunk:
-            break
-        pending += chunk
-        *complete, pending = pending.split(b"\n")
-        yield from complete
-        if len(pending) > MAX_BODY_BYTES:
-            raise http.client.HTTPException(f"a stream line longer than {MAX_BODY_BYTES >> 20} MiB")
-    if pending and not expired():
-        yield pending
-
-
-def read_body(
-    resp: http.client.HTTPResponse, expired: Callable[[], bool], limit: int = MAX_BODY_BYTES
-) -> bytes:
-    """The whole body, read as it arrives while `expired` says no; a body over `limit` raises."""
-    parts: list[bytes] = []
-    size = 0
-    while not expired():
-        chunk = resp.read1(1 << 16)
-        if not chunk:
-            break
-        parts.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            raise http.client.HTTPException(f"the answer is longer than {limit >> 20} MiB")
-    return b"".join(parts)
-
-
-class _StreamTracker:
-    """Turns a dialect's chunks into token counts, timestamps and acceptance metadata."""
-
-    def __init__(self, api: str, result: RequestResult):
-        self.api = api
-        self.result = result
-        self.counted = 0  # tokens seen so far
-        self.usage_seen = False
-        self.text_parts: list[str] = []
-
-    def _tokens_now(self, count: int, now: float) -> None:
-        res = self.result
-        if count > self.counted:
-            if res.first_token_at is None:
-                res.first_token_at = now
-                res.ttft_s = now - res.start
-            res.last_token_at = now
-            self.counted = count
-
-    def feed(self, event: dict[str, Any], now: float) -> None:
-        res = self.result
-        res.chunks += 1
-        if self.api == "generate":
-            meta = event.get("meta_info") or {}
-            text = event.get("text")
-            if isinstance(text, str):
-                self.text_parts = [text]  # the native stream repeats the whole text by default
-            count = meta.get("completion_tokens")
-            if count is None:
-                count = len(event.get("output_ids") or []) or self.counted
-            self._tokens_now(int(count), now)
-            res.output_tokens = self.counted
-            if meta.get("prompt_tokens") is not None:
-                res.prompt_tokens = int(meta["prompt_tokens"])
-            if meta.get("spec_verify_ct"):
-                res.verify_ct = int(meta["spec_verify_ct"])
-            if meta.get("spec_accept_length") is not None:
-                res.accept_length = float(meta["spec_accept_length"])
-            finish = meta.get("finish_reason")
-            if isinstance(finish, dict):
-                res.finish_reason = str(finish.get("type"))
-            return
-        usage = event.get("usage") or None
-        piece = ""
-        for choice in event.get("choices") or []:
-            if self.api == "chat":
-                delta = choice.get("delta") or {}
-                piece += (delta.get("reasoning_content") or "") + (delta.get("content") or "")
-            else:
-                piece += choice.get("text") or ""
-            if choice.get("finish_reason"):
-                res.finish_reason = str(choice["finish_reason"])
-        if piece:
-            self.text_parts.append(piece)
-        if usage and usage.get("completion_tokens") is not None:
-            self.usage_seen = True
-            if usage.get("prompt_tokens") is not None:
-                res.prompt_tokens = int(usage["prompt_tokens"])
-            # A final usage-only chunk fixes the total but is not a token arrival.
-            count = int(usage["completion_tokens"])
-            if piece:
-                self._tokens_now(count, now)
-            else:
-                self.counted = max(self.counted, count)
-        elif piece:
-            self._tokens_now(self.counted + 1, now)  # no usage: one chunk ~ one token, fixed at the end
-        res.output_tokens = self.counted
-
-    def finish(self) -> None:
-        res = self.result
-        res.text = "".join(self.text_parts)
-        res.output_tokens = self.counted
-        if res.accept_length is None and res.verify_ct:
-            res.accept_length = res.output_tokens / res.verify_ct
 
 
 def run_concurrently(client: Client, requests: Sequence[GenerationRequest]) -> list[RequestResult]:

@@ -1,6 +1,6 @@
 """`ddtree bench compare`: speedups per cell between two runs, and a verdict against env/reference.
 
-Reference figures (env/reference/results.yaml, read by ddtree.reference) name an algorithm, a
+Reference figures (env/reference/results.yaml, read by ddtree.receipts.reference) name an algorithm, a
 concurrency and a context; they are mapped onto a run's cells like this:
 - algorithm `none` applies to baseline runs, `DDTREE` to DDTree runs (the run's mode comes from the
   server's speculative settings, or from `ddtree bench --label`);
@@ -23,7 +23,7 @@ from typing import Any
 from ddtree.bench.report import accept_value, cell_median
 from ddtree.errors import UserError
 from ddtree.jsontext import load_file
-from ddtree.reference import Range, Reference, default_reference_path, load_reference
+from ddtree.receipts.reference import Range, Reference, default_reference_path, load_reference
 
 EXIT_FAIL = 3
 EXIT_INCOMPLETE = 4
@@ -79,7 +79,7 @@ def load_json(path: Path) -> dict[str, Any]:
 
 def _unwrap_receipt(data: Any, path: Path) -> Any:
     """A bench receipt's results, once its digest proves it unedited (the image is `receipt verify`'s job)."""
-    from ddtree import receipt
+    from ddtree.receipts import receipt
 
     if not receipt.is_receipt(data):
         return data

@@ -11,9 +11,9 @@ import re
 from typing import Any
 
 from ddtree.bench.client import Client
+from ddtree.bench.replicas import Replica, list_replicas
 from ddtree.errors import UserError
 from ddtree.jsonshape import ANY, NONE
-from ddtree.router import Replica, list_replicas
 
 # /server_info keys worth keeping (the full dump is large and holds paths and ports).
 SERVER_KEYS = (
@@ -75,7 +75,7 @@ def server_settings(raw: dict[str, Any]) -> dict[str, Any]:
 
 def probe_server(client: Client) -> dict[str, Any]:
     """Ask the server who it is. Works against plain OpenAI servers too (then kind is 'openai'), and
-    against SGLang's router, whose replicas say who they are (ddtree.router)."""
+    against SGLang's router, whose replicas say who they are (ddtree.bench.replicas)."""
     replicas = list_replicas(client)
     if replicas is not None:
         return probe_router(client, replicas)

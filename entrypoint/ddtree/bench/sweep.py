@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from ddtree import __version__
-from ddtree.bench.client import Client, GenerationRequest, RequestResult, run_concurrently
+from ddtree.bench.client import Client, GenerationRequest, run_concurrently
 from ddtree.bench.progress import Progress
 from ddtree.bench.prompts import PromptBuilder, corpus_version
 from ddtree.bench.serverinfo import configuration_fingerprint, scrape_accept_length
 from ddtree.bench.stats import describe
+from ddtree.bench.stream import RequestResult
 from ddtree.errors import UserError
 from ddtree.fsutil import atomic_write
 from ddtree.jsontext import JsonProblem, load_file, parse

@@ -1,0 +1,1 @@
+"""Receipts: what a verdict or benchmark says about the image, tree and host behind it; reference figures."""

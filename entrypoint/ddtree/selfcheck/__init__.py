@@ -1,0 +1,1 @@
+"""Selfcheck: `ddtree selfcheck`, its check framework, the image/weights/SBOM/tree checks, and --live."""
