@@ -63,6 +63,7 @@ from typing import Any
 from ddtree.bench.client import Client
 from ddtree.bench.wire import iter_sse
 from ddtree.smoke import check as smoke
+from ddtree.smoke import dims as smoke_dims
 from ddtree.smoke import models as smoke_models
 from ddtree.smoke import server as smoke_server
 
@@ -487,8 +488,8 @@ class Plan:
     def __init__(self, seed: int, settings: smoke_models.SmokeSettings, tp: int, options_only: bool = False):
         window = settings.window or 2048
         self.options_only = options_only
-        self.mixed = mixed_requests(seed, window, settings.block_size, smoke_models.REAL_TOKENS, tp)
-        self.longs = long_requests(seed, window, smoke_models.REAL_TOKENS)
+        self.mixed = mixed_requests(seed, window, settings.block_size, smoke_dims.REAL_TOKENS, tp)
+        self.longs = long_requests(seed, window, smoke_dims.REAL_TOKENS)
         self.options: list[StressRequest] = []
         self.stops: list[StressRequest] = []
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from ddtree.cli import build_parser
 from ddtree.smoke import check as smoke
+from ddtree.smoke import dims as smoke_dims
 from ddtree.smoke import models as smoke_models
 from ddtree.smoke import server as smoke_server
 
@@ -40,12 +41,12 @@ def test_tokenizer_maps_every_byte_but_fe_ff_to_its_own_id_and_names_eos_and_mas
     folder = _tokenizer_dir(tmp_path)
     data = json.loads((folder / "tokenizer.json").read_text())
     vocab = data["model"]["vocab"]
-    assert sorted(vocab.values()) == list(range(smoke_models.REAL_TOKENS))
+    assert sorted(vocab.values()) == list(range(smoke_dims.REAL_TOKENS))
     symbols = smoke_models._byte_symbols()
     assert len(set(symbols)) == 256
     assert all(vocab[chr(b)] == b for b in range(ord("!"), ord("~") + 1))  # printable ASCII is itself
     specials = {t["id"]: t["content"] for t in data["added_tokens"]}
-    assert specials == {smoke_models.EOS_ID: "<|endoftext|>", smoke_models.MASK_ID: "<|MASK|>"}
+    assert specials == {smoke_dims.EOS_ID: "<|endoftext|>", smoke_dims.MASK_ID: "<|MASK|>"}
     config = json.loads((folder / "tokenizer_config.json").read_text())
     assert config["eos_token"] == "<|endoftext|>" and config["model_max_length"] == 8192
 
@@ -57,8 +58,8 @@ def test_tokenizer_loads_with_transformers_and_encodes_utf8_bytes(tmp_path: Path
     ids = tok.encode(text, add_special_tokens=False)
     assert ids == list(text.encode("utf-8"))
     assert tok.decode(ids) == text
-    assert tok.eos_token_id == smoke_models.EOS_ID
-    assert tok.get_vocab()["<|MASK|>"] == smoke_models.MASK_ID
+    assert tok.eos_token_id == smoke_dims.EOS_ID
+    assert tok.get_vocab()["<|MASK|>"] == smoke_dims.MASK_ID
 
 
 @pytest.mark.parametrize("skip", [True, False])

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 from ddtree.smoke import check as smoke
+from ddtree.smoke import dims as smoke_dims
 from ddtree.smoke import models as smoke_models
 from ddtree.smoke import server as smoke_server
 
@@ -18,10 +19,10 @@ from ddtree.smoke import server as smoke_server
 def test_successor_is_one_cycle_through_the_real_tokens() -> None:
     f = smoke_models.successor_cycle(1234)
     seen, tok = set(), 0
-    for _ in range(smoke_models.REAL_TOKENS):
+    for _ in range(smoke_dims.REAL_TOKENS):
         seen.add(tok)
         tok = f[tok]
-    assert tok == 0 and seen == set(range(smoke_models.REAL_TOKENS))
+    assert tok == 0 and seen == set(range(smoke_dims.REAL_TOKENS))
 
 
 def test_logit_table_ranks_the_next_four_cycle_steps_and_blocks_eos_and_mask() -> None:
@@ -29,7 +30,7 @@ def test_logit_table_ranks_the_next_four_cycle_steps_and_blocks_eos_and_mask() -
     table = smoke_models.logit_table(f)
     row = table[5]
     assert [row[f[5]], row[f[f[5]]], row[f[f[f[5]]]], row[f[f[f[f[5]]]]]] == list(smoke_models.LOGIT_LADDER)
-    assert row[smoke_models.EOS_ID] == row[smoke_models.MASK_ID] == smoke_models.BLOCKED_LOGIT
+    assert row[smoke_dims.EOS_ID] == row[smoke_dims.MASK_ID] == smoke_models.BLOCKED_LOGIT
     assert sorted(row, reverse=True)[:5] == [*smoke_models.LOGIT_LADDER, 0.0]
 
 
@@ -120,7 +121,7 @@ def test_smoke_tp_must_divide_the_tiny_models_heads(tp: int) -> None:
         timeout=300,
     )
     assert done.returncode == smoke.EXIT_CANNOT_RUN, done.stdout + done.stderr
-    reason = f"--smoke-tp {tp}: the tiny gqa target has {smoke_models.HEADS} attention heads; use 1, 2, 4"
+    reason = f"--smoke-tp {tp}: the tiny gqa target has {smoke_dims.HEADS} attention heads; use 1, 2, 4"
     assert reason in done.stdout
 
 

@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from ddtree.smoke import dims as smoke_dims
 from ddtree.smoke import models as smoke_models
 
 from tests.gpu import stress_ddtree as stress
@@ -29,7 +30,7 @@ CYCLE = smoke_models.successor_cycle(1234)
 
 
 def test_request_mix_covers_lengths_cuts_and_aborts() -> None:
-    reqs = stress.mixed_requests(7, 2048, 8, smoke_models.REAL_TOKENS, tp=1)
+    reqs = stress.mixed_requests(7, 2048, 8, smoke_dims.REAL_TOKENS, tp=1)
     lengths = [len(r.prompt) for r in reqs]
     news = [r.max_new_tokens for r in reqs]
     assert len(reqs) == 32 and min(lengths) == 5 and max(lengths) == 3000
@@ -38,8 +39,8 @@ def test_request_mix_covers_lengths_cuts_and_aborts() -> None:
     aborted = [r for r in reqs if r.abort]
     assert len(aborted) == 4 and min(r.max_new_tokens for r in aborted) >= sorted(news)[-5]
     assert not any(r.sampled for r in reqs)
-    assert stress.mixed_requests(7, 2048, 8, smoke_models.REAL_TOKENS, tp=1) == reqs, "seeded"
-    sampled = stress.mixed_requests(7, 2048, 8, smoke_models.REAL_TOKENS, tp=2)
+    assert stress.mixed_requests(7, 2048, 8, smoke_dims.REAL_TOKENS, tp=1) == reqs, "seeded"
+    sampled = stress.mixed_requests(7, 2048, 8, smoke_dims.REAL_TOKENS, tp=2)
     assert [r.sampled for r in sampled] == [i % 2 == 1 for i in range(32)]
     assert sampled[1].payload("x")["sampling_params"] == {
         "max_new_tokens": news[1],
@@ -55,7 +56,7 @@ def test_stop_strings_are_printable_pairs_near_the_middle() -> None:
     assert stress.stop_string_from([0x20, 0x41, 200, 0x7F, 0x42]) is None, (
         "space, DEL and high bytes are skipped"
     )
-    reqs = stress.mixed_requests(7, 2048, 8, smoke_models.REAL_TOKENS, tp=2)
+    reqs = stress.mixed_requests(7, 2048, 8, smoke_dims.REAL_TOKENS, tp=2)
     answers = {r.name: stress.Answer(output_ids=[200, 65, 66, 201], finish="length") for r in reqs}
     stops = stress.stop_requests(reqs, answers)
     given = [r for r in stops if r.stop is not None]
@@ -193,9 +194,9 @@ class _Generate(BaseHTTPRequestHandler):
                 if body.get("rid") in self.server.aborted:
                     finish = "abort"
                     break
-                cur = CYCLE[cur] if cur < smoke_models.REAL_TOKENS else 0
+                cur = CYCLE[cur] if cur < smoke_dims.REAL_TOKENS else 0
                 out.append(
-                    (cur + 1) % smoke_models.REAL_TOKENS if len(out) + 1 in self.server.corrupt_at else cur
+                    (cur + 1) % smoke_dims.REAL_TOKENS if len(out) + 1 in self.server.corrupt_at else cur
                 )
                 text = bytes(t for t in out if t < 128).decode("latin-1")
                 if stop and text.endswith(stop):
@@ -371,7 +372,7 @@ def test_dflash_runs_the_same_stress_without_the_ddtree_only_checks(tmp_path: Pa
 
 
 def test_options_phase_sends_each_option_set_greedy() -> None:
-    mixed = stress.mixed_requests(7, 2048, 8, smoke_models.REAL_TOKENS, tp=2)
+    mixed = stress.mixed_requests(7, 2048, 8, smoke_dims.REAL_TOKENS, tp=2)
     opts = stress.options_requests(mixed)
     assert [r.name for r in opts] == [f"opt-{name}" for name, _ in stress.OPTION_SETS]
     assert not any(r.abort or r.sampled for r in opts)

@@ -45,10 +45,10 @@ from typing import Any
 
 from ddtree.bench.client import Client
 from ddtree.errors import UserError
+from ddtree.smoke.dims import REAL_TOKENS
 from ddtree.smoke.models import (
     ARCHES,
     LOGIT_LADDER,
-    REAL_TOKENS,
     SmokeSettings,
     attention_heads,
     successor_cycle,

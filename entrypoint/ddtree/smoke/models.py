@@ -14,15 +14,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-VOCAB = 256
-HIDDEN = 256
-HEADS = 4
-HEAD_DIM = 64
-EOS_ID = 254
-MASK_ID = 255
-REAL_TOKENS = 254
-TARGET_LAYERS = 6
-TARGET_LAYER_IDS = (1, 4)
+from ddtree.smoke import models_mla
+from ddtree.smoke.dims import (
+    EOS_ID,
+    HEAD_DIM,
+    HEADS,
+    HIDDEN,
+    MASK_ID,
+    REAL_TOKENS,
+    TARGET_LAYER_IDS,
+    TARGET_LAYERS,
+    VOCAB,
+)
+
 LOGIT_LADDER = (10.0, 8.0, 6.0, 4.0)  # Z for f, f^2, f^3, f^4; 0 elsewhere
 BLOCKED_LOGIT = -30.0  # EOS and the mask token: never produced
 DRAFTER_NORM = 0.25  # scales the drafter's logits down: a less confident drafter, a bushier tree
@@ -59,18 +63,14 @@ ARCHES = ("gqa", "mla")
 def attention_heads(arch: str) -> int:
     """The target's attention heads (tensor parallelism must divide them)."""
     if arch == "mla":
-        from ddtree.smoke.models_mla import MLA_HEADS
-
-        return MLA_HEADS
+        return models_mla.MLA_HEADS
     return HEADS
 
 
 def arch_server_args(arch: str) -> tuple[str, ...]:
     """SGLang flags the target's architecture needs on every server (smoke_models_mla.MLA_SERVER_ARGS)."""
     if arch == "mla":
-        from ddtree.smoke.models_mla import MLA_SERVER_ARGS
-
-        return MLA_SERVER_ARGS
+        return models_mla.MLA_SERVER_ARGS
     return ()
 
 
@@ -173,10 +173,8 @@ def write_models(folder: Path, settings: SmokeSettings) -> tuple[Path, Path]:
     if settings.arch not in ARCHES:
         raise ValueError(f"smoke arch {settings.arch!r}: use one of {', '.join(ARCHES)}")
     if settings.arch == "mla":
-        from ddtree.smoke.models_mla import mla_config, mla_target_tensors
-
-        target = mla_target_tensors(embed, lm_head)
-        target_config = mla_config()
+        target = models_mla.mla_target_tensors(embed, lm_head)
+        target_config = models_mla.mla_config()
     else:
         target = _qwen3_target_tensors(embed, lm_head)
         target_config = _config()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddtree.smoke.models import EOS_ID, HIDDEN, TARGET_LAYERS, VOCAB
+from ddtree.smoke.dims import EOS_ID, HIDDEN, TARGET_LAYERS, VOCAB
 
 MLA_HEADS = 8  # Kimi K2.6: 64, i.e. 8 per rank at TP 8
 Q_LORA_RANK = 128  # Kimi: 1536
