@@ -96,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"options_acceptance: cannot run here: {problem}")
         return 2
-    evals = json.loads((args.pair / "eval_prompts.json").read_text())
-    prompts, new_tokens = evals["prompts"], len(evals["continuations"][0])
+    prompts, new_tokens = serve_bench.eval_prompts(args.pair)
     runs: dict[str, dict[str, dict[str, Any]]] = {}
     failed = 0
     for mode in args.modes.split(","):

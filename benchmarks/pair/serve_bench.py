@@ -83,6 +83,12 @@ def step_environment(mode: str) -> Iterator[None]:
                 os.environ[name] = value
 
 
+def eval_prompts(pair: Path) -> tuple[list[list[int]], int]:
+    """The pair's held-out eval prompts and the continuation length the rig evaluated them with."""
+    evals = json.loads((pair / "eval_prompts.json").read_text())
+    return evals["prompts"], len(evals["continuations"][0])
+
+
 def say(msg: str) -> None:
     print(f"[serve {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -185,8 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"serve_bench: cannot run here: {problem}")
         return 2
-    evals = json.loads((args.pair / "eval_prompts.json").read_text())
-    prompts, new_tokens = evals["prompts"], len(evals["continuations"][0])
+    prompts, new_tokens = eval_prompts(args.pair)
     begin = time.monotonic()
     failed = 0
     for mode in args.modes.split(","):
