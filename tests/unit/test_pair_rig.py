@@ -236,10 +236,30 @@ def test_toy_preset_trains_and_evaluates_end_to_end(tmp_path: Path) -> None:
     assert train.compare_metrics(metrics, worse)[0].startswith("target_heldout_loss")
 
 
+def serve_through_the_double(monkeypatch, module, url: str) -> None:
+    """`module`'s smoke_server.Server replaced by a stand-in that talks to the bench's SGLang TEST DOUBLE at
+    `url` (no GPU here for SGLang), and its GPU check passed."""
+    from ddtree.bench.client import Client
+
+    class DoubleServer:
+        def __init__(self, target, args, log_path, settings, skip_tokenizer_init=True):
+            self.url, self.client = url, Client(url, timeout=30)
+            self.cmd = ["sglang", *args, *settings.extra_server_args]  # as smoke_server.Server adds them
+            log_path.write_text("test double\n")
+
+        def wait_ready(self) -> float:
+            return 0.1
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(module.smoke_server, "Server", DoubleServer)
+    monkeypatch.setattr(module.smoke, "gpu_problem", lambda: None)
+
+
 def test_serve_bench_and_summary_against_the_sglang_test_double(tmp_path: Path, monkeypatch) -> None:
     """serve_bench's per-mode run (greedy check, `ddtree bench` at two temperatures) and summarize's table,
     with ddtree.smoke.server.Server replaced by the bench's SGLang TEST DOUBLE (no GPU here for SGLang)."""
-    from ddtree.bench.client import Client
 
     from benchmarks.pair import serve_bench, summarize
     from tests.unit.bench_double import DoubleConfig, serve
@@ -253,21 +273,7 @@ def test_serve_bench_and_summary_against_the_sglang_test_double(tmp_path: Path, 
     (pair / "eval_prompts.json").write_text(json.dumps({"prompts": prompts, "continuations": [[1] * 8] * 2}))
 
     with serve(DoubleConfig(chunk_interval_s=0.002, ttft_s=0.01, tokens_per_chunk=3)) as (url, double):
-
-        class DoubleServer:
-            def __init__(self, target, args, log_path, settings, skip_tokenizer_init=True):
-                self.url, self.client = url, Client(url, timeout=30)
-                self.cmd = ["sglang", *args, *settings.extra_server_args]  # as smoke_server.Server adds them
-                log_path.write_text("test double\n")
-
-            def wait_ready(self) -> float:
-                return 0.1
-
-            def stop(self) -> None:
-                pass
-
-        monkeypatch.setattr(serve_bench.smoke_server, "Server", DoubleServer)
-        monkeypatch.setattr(serve_bench.smoke, "gpu_problem", lambda: None)
+        serve_through_the_double(monkeypatch, serve_bench, url)
         runs = tmp_path / "runs"
         argv = ["--pair", str(pair), "--out", str(runs), "--modes", "none,dflash", "--contexts", "32",
                 "--concurrency", "1,2", "--max-tokens", "9", "--repeats", "2"]  # fmt: skip
@@ -298,7 +304,6 @@ def test_options_acceptance_sends_each_option_set_and_compares_acceptance_with_p
 ) -> None:
     """options_acceptance's runs against the bench's SGLang TEST DOUBLE (no GPU here for SGLang): every option
     set reaches /generate in every mode, and the table puts each set's acceptance beside the plain run's."""
-    from ddtree.bench.client import Client
 
     from benchmarks.pair import options_acceptance
     from tests.unit.bench_double import DoubleConfig, serve
@@ -308,19 +313,7 @@ def test_options_acceptance_sends_each_option_set_and_compares_acceptance_with_p
     prompts = [[5, 6, 7, 8], [9, 10, 11, 12]]
     (pair / "eval_prompts.json").write_text(json.dumps({"prompts": prompts, "continuations": [[1] * 8] * 2}))
     with serve(DoubleConfig(chunk_interval_s=0.001, ttft_s=0.005, tokens_per_chunk=3)) as (url, double):
-
-        class DoubleServer:
-            def __init__(self, target, args, log_path, settings, skip_tokenizer_init=True):
-                self.client = Client(url, timeout=30)
-
-            def wait_ready(self) -> float:
-                return 0.1
-
-            def stop(self) -> None:
-                pass
-
-        monkeypatch.setattr(options_acceptance.smoke_server, "Server", DoubleServer)
-        monkeypatch.setattr(options_acceptance.smoke, "gpu_problem", lambda: None)
+        serve_through_the_double(monkeypatch, options_acceptance, url)
         out = tmp_path / "out"
         assert (
             options_acceptance.main(["--pair", str(pair), "--out", str(out), "--modes", "none,ddtree-16"])
