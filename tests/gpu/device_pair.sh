@@ -14,7 +14,7 @@
 #   profile: benchmarks.pair.profile_step: SGLang's torch profiler over one greedy request per mode
 #          (PROFILE_MODES, default none,dflash,ddtree-16) and context (PROFILE_CONTEXTS, default 256,4096);
 #          per decode step: drafter forward, target forward, DDTree kernels, other kernels and copies, idle
-#          GPU ($RUNS/profile/profile.json). Not yet run on a GPU.
+#          GPU ($RUNS/profile/profile.json); PROFILE_ARGS=--stacks adds host time per Python function.
 #   pack:  $RUNS without the profiler traces into $OUT/runs.tar.gz, and up to 7 traces under 16 MiB into
 #          $OUT/traces/ (a call brings back at most 8 files of 16 MiB).
 #   pack-pair: the trained pair as a tar in 15 MiB parts in $OUT/pair/ (pair.tar.NN + pair.tar.sha256; about
@@ -48,7 +48,7 @@ for step in "$@"; do
       src=$? ;;
     profile)
       python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/profile" \
-        --modes "${PROFILE_MODES:-none,dflash,ddtree-16}" --contexts "${PROFILE_CONTEXTS:-256,4096}"
+        --modes "${PROFILE_MODES:-none,dflash,ddtree-16}" --contexts "${PROFILE_CONTEXTS:-256,4096}" ${PROFILE_ARGS:-}
       src=$? ;;
     pack)
       # One call brings back at most 8 files of 16 MiB: the results without traces in one gzip'd tar, then
