@@ -102,13 +102,18 @@ def running_router(replica_urls: list[str], tmp_path: Path, policy: str = "round
             time.sleep(0.2)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_process(proc)
         log.close()
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """SIGTERM, 20 s to exit, then SIGKILL: a router that hangs on shutdown must not hang the test run."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 def _ddtree(args: list[str], tmp_path: Path, timeout: float = 120) -> tuple[int, str]:

@@ -21,7 +21,7 @@ from ddtree.errors import UserError
 from ddtree.router import cmd as router_cmd
 
 from tests.unit.bench_double import DoubleConfig, serve
-from tests.unit.test_router import STARTUP_S, _env, _free_port
+from tests.unit.test_router import STARTUP_S, _env, _free_port, stop_process
 
 KEY = "rk-live-7f3a9c0e5b1d2468ROUTERSECRET"
 
@@ -64,12 +64,7 @@ def test_router_key_reaches_the_replica_but_no_argv_environment_or_log(tmp_path:
             environ = Path(f"/proc/{proc.pid}/environ").read_bytes().decode(errors="replace")
             ps = subprocess.run(["ps", "-eo", "pid,args", "--width", "99999"], capture_output=True, text=True)
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+            stop_process(proc)
     assert "ddtree.router.launch" in cmdline or "sglang::router" in cmdline  # it is the router, after exec
     assert f"Bearer {KEY}" in replica.authorizations  # the router got the key and sent it on
     assert KEY not in cmdline and KEY not in ps.stdout
