@@ -12,6 +12,7 @@ from types import ModuleType
 import pytest
 import torch
 
+from benchmarks.gpu_timing import capture_without_sync
 from tests.unit import test_ddtree_core as core
 
 DEVICE = "cuda"
@@ -241,21 +242,7 @@ def test_sampling_has_no_host_device_sync_and_replays_in_a_graph(
     def run():
         return tree.verify_sampling_logits(logits, **params, coins=coins, final_coins=final)
 
-    run()
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        run()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        run()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outputs = run()
+    graph, outputs = capture_without_sync(run)
     for seed in (41, 42, 43):
         _, fresh_logits, _, fresh_coins, fresh_final = sampling_inputs(8, 8, 163840, seed)
         logits.copy_(fresh_logits)

@@ -23,6 +23,7 @@ extend_attention = pytest.importorskip("sglang.srt.layers.attention.triton_ops.e
 verify_attention = pytest.importorskip("sglang.srt.layers.attention.triton_ops.verify_attention")
 
 from benchmarks import verify_attention_bench  # noqa: E402
+from benchmarks.gpu_timing import capture_without_sync  # noqa: E402
 from tests.verify_attention_cases import VerifyCase, make_case, reference  # noqa: E402
 
 PAIR = dict(heads=4, kv_heads=2, head_dim=64)  # benchmarks/pair: the Qwen3-like target's attention
@@ -97,21 +98,7 @@ def test_no_host_sync_and_cuda_graph_replay() -> None:
     def call() -> None:
         verify_attention.verify_attention_fwd(*args, 1.0, 1.0, first.sm_scale, sm_count=SM_COUNT)
 
-    call()  # compiles
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        call()  # a .item() or a host copy would raise here
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        call()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
+    graph, _ = capture_without_sync(call)  # a .item() or a host copy in call would raise
     for name in (
         "q",
         "k_extend",
