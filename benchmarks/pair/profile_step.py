@@ -52,6 +52,8 @@ UNPROFILED_ROWS = (
     ("unprofiled_tok_s", "decode tok/s without profiler"),
     ("aggregate_tok_s_c32", "aggregate tok/s, 32 at once"),
 )
+# Triton's JITFunction.run: every eager Triton launch passes through it (argument binding, specialisation)
+TRITON_LAUNCH = re.compile(r"(^|/)triton/runtime/jit\.py\(\d+\): run$")
 PYTHON_TOP = 25  # functions listed per ranking of the Python tracer's host time
 CONCURRENT = 32  # requests sent at once for the aggregate figure (the bench's concurrency 32 cell)
 GRAPH_BS = ("1", "2", "4", "8", "16", "32")
@@ -161,25 +163,31 @@ def python_hotspots(
     whole window (the process's and the event loop's callers) say nothing and are left out of the ranking."""
     inclusive: dict[str, float] = defaultdict(float)
     own: dict[str, float] = defaultdict(float)
+    launches: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # caller -> [Triton launches, us]
     by_thread: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for call in calls:
         by_thread[call.get("tid")].append(call)
     for thread_calls in by_thread.values():
         thread_calls.sort(key=lambda e: (float(e["ts"]), -float(e.get("dur", 0))))
-        stack: list[tuple[float, str]] = []  # (end, name) of the calls open at this point
+        stack: list[tuple[float, str, str]] = []  # (end, name, full name) of the calls open at this point
         for call in thread_calls:
             start, end = float(call["ts"]), float(call["ts"]) + float(call.get("dur", 0))
             while stack and stack[-1][0] <= start:
                 stack.pop()
-            name = _short(str(call.get("name", "")))
+            full = str(call.get("name", ""))
+            name = _short(full)
             counted = min(end, window_end) - max(start, window_start)  # the part inside the decode window
             if counted > 0:
                 if stack:
                     own[stack[-1][1]] -= counted  # the caller's own time leaves this call out
-                if name not in {open_name for _, open_name in stack}:
+                if name not in {open_name for _, open_name, _ in stack}:
                     inclusive[name] += counted
                 own[name] += counted
-            stack.append((end, name))
+                if TRITON_LAUNCH.search(full):  # Triton's Python launcher: charged to the code that launched
+                    caller = next((n for _, n, f in reversed(stack) if not _in_triton_or_builtin(f)), "?")
+                    launches[caller][0] += 1
+                    launches[caller][1] += counted
+            stack.append((end, name, full))
 
     whole = 0.98 * (window_end - window_start)
 
@@ -189,11 +197,19 @@ def python_hotspots(
         ]
         return [[name, round(value / steps, 1)] for name, value in best]
 
+    by_caller = sorted(launches.items(), key=lambda item: -item[1][1])
     return {
         "inclusive": ranked(inclusive),
         "self": ranked(own),
         "self_total": round(sum(own.values()) / steps, 1),
+        "triton_launches": [
+            [caller, round(n / steps, 1), round(us / steps, 1)] for caller, (n, us) in by_caller
+        ],
     }
+
+
+def _in_triton_or_builtin(full_name: str) -> bool:
+    return full_name.startswith(("triton/", "<built-in")) or "/triton/" in full_name
 
 
 def table(results: list[dict[str, Any]]) -> str:
@@ -217,6 +233,9 @@ def table(results: list[dict[str, Any]]) -> str:
             python["inclusive"], python["self"], fillvalue=("", "")
         ):
             lines.append(f"| {inc_name} | {inc} | | {own_name} | {own} |")
+        if python.get("triton_launches"):
+            lines += ["", "| Triton launches from | per step | us per step (profiled) |", "|---|---|---|"]
+            lines += [f"| {caller} | {n} | {us} |" for caller, n, us in python["triton_launches"]]
     return "\n".join(lines) + "\n"
 
 

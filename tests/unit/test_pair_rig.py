@@ -429,6 +429,8 @@ def test_python_stacks_rank_functions_by_inclusive_and_own_host_time_per_step() 
         call(f"{site}/speculative/dflash_info.py(313): verify", base + 100, 200)
         call(f"{site}/speculative/dflash_info.py(313): verify", base + 150, 50)  # recursion: counted once
         call("<built-in method item of Tensor object at 0x1>", base + 210, 30)
+        call("triton/runtime/jit.py(370): <lambda>", base + 250, 40)  # kernel[grid](...), as torch names it
+        call("triton/runtime/jit.py(695): run", base + 252, 36)  # charged to verify, the launching code
         call(f"{site}/managers/scheduler.py(20): process_batch_result", base + 450, 80)
         call(f"{site}/managers/detokenizer.py(5): send", base + 460, 10, tid=2)  # another thread: left out
     result = analyze({"traceEvents": events}, "dflash")
@@ -440,7 +442,9 @@ def test_python_stacks_rank_functions_by_inclusive_and_own_host_time_per_step() 
     assert "scheduler.py:10 run_batch" not in inclusive
     assert "scheduler.py:30 event_loop_normal" not in inclusive | own  # the window 5 .. 1600 lies inside it
     assert own["dflash_worker.py:1186 forward_batch_generation"] == 200
-    assert own["dflash_info.py:313 verify"] == 200 - 30  # the outer's 120 + the inner's 50
+    assert own["dflash_info.py:313 verify"] == 200 - 30 - 40  # the outer's 80 + the inner's 50
+    assert python["triton_launches"] == [["dflash_info.py:313 verify", 1.0, 36.0]]
+    assert "| dflash_info.py:313 verify | 1.0 | 36.0 |" in table([result])
     assert own["<built-in method item of Tensor object at 0x1>"] == 30
     assert own["scheduler.py:20 process_batch_result"] == 80 and "detokenizer.py:5 send" not in own
     assert python["self_total"] == (1600 - 5) / 2  # the stepping thread's whole window, once
