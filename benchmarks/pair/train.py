@@ -359,6 +359,20 @@ def continuations(p: Preset, target: Target, train: torch.Tensor, device: torch.
     return torch.cat(out)
 
 
+def block_labels(
+    seqs: torch.Tensor, greedy: torch.Tensor | None, anchors: torch.Tensor, block: int
+) -> torch.Tensor:
+    """[b, n, block-1]: what positions 1.. of each anchor's block are trained to guess.
+
+    Continuations (greedy None): the tokens after the anchor, which the target generated itself. Text:
+    greedy [b, T] holds the target's argmax after each position, so token a + k's label is greedy[a + k - 1];
+    where the target's guesses equal the text, both give the same labels.
+    """
+    if greedy is None:
+        return seqs[:, anchors.unsqueeze(1) + torch.arange(1, block, device=seqs.device)]
+    return greedy[:, anchors.unsqueeze(1) + torch.arange(0, block - 1, device=seqs.device)]
+
+
 def drafter_loss(
     p: Preset, target: Target, drafter: Drafter, seqs: torch.Tensor, gen: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -379,10 +393,7 @@ def drafter_loss(
     with autocast(device):
         hidden = drafter(target.embed_tokens, features, seqs, anchors, block)[:, :, 1:]
         logits = target.lm_head(hidden).float()  # [b, n, B-1, V]
-    if greedy is None:  # continuations: the tokens after the anchor are the target's own greedy ones
-        labels = seqs[:, anchors.unsqueeze(1) + torch.arange(1, block, device=device)]  # [b, n, B-1]
-    else:  # text: the target's greedy guess for token a + k, read at a + k - 1
-        labels = greedy[:, anchors.unsqueeze(1) + torch.arange(0, block - 1, device=device)]
+    labels = block_labels(seqs, greedy, anchors, block)
     ce = F.cross_entropy(logits.flatten(0, 2), labels.flatten(), reduction="none").view(labels.shape)
     weights = torch.exp(-torch.arange(block - 1, device=device, dtype=torch.float32) / p.loss_gamma)
     loss = (ce.mean(dim=(0, 1)) * weights).sum() / weights.sum()
