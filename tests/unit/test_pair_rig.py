@@ -649,3 +649,30 @@ def test_concurrent_figure_counts_every_requests_tokens_and_keeps_the_first_outp
 
     got = profile_step.concurrent_tok_s(Client(), [[1], [1, 2], [1, 2, 3]], {"max_new_tokens": 2})
     assert got == {"aggregate_tok_s_c3": 120.0, "greedy_output": [1, 2]}
+
+
+def test_device_pair_train_picks_the_preset_and_expects_only_the_committed_pair(tmp_path: Path) -> None:
+    """tests/gpu/device_pair.sh train with a stand-in python3 on PATH that records its arguments (the real
+    training needs the GPU): h200 by default with --expect, PRESET=h200-long into its own PAIR without."""
+    script = Path(__file__).resolve().parents[2] / "tests" / "gpu" / "device_pair.sh"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text('#!/bin/bash\necho "$*" >> "$ARGS_LOG"\n')
+    (bin_dir / "python3").chmod(0o755)
+    log = tmp_path / "args.txt"
+    for preset, pair in ((None, "pair"), ("h200-long", "pair-long")):
+        environ = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "ARGS_LOG": str(log),
+                   "OUT": str(tmp_path / "out"), "PAIR": str(tmp_path / pair), "RUNS": str(tmp_path / "runs"),
+                   "TRAIN_DONE": str(tmp_path / f"{pair}.done")}  # fmt: skip
+        environ.pop("PRESET", None)
+        environ.update({"PRESET": preset} if preset else {})
+        done = subprocess.run(["bash", str(script), "train"], capture_output=True, text=True, env=environ,
+                              cwd=script.parents[2], timeout=60)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (tmp_path / f"{pair}.done").read_text().strip() == "0"
+    calls = log.read_text().splitlines()
+    assert calls == [
+        f"-m benchmarks.pair.train --out {tmp_path / 'pair'} --preset h200 "
+        "--expect benchmarks/pair/results/metrics.json",
+        f"-m benchmarks.pair.train --out {tmp_path / 'pair-long'} --preset h200-long",
+    ]
