@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -234,6 +235,125 @@ def test_toy_preset_trains_and_evaluates_end_to_end(tmp_path: Path) -> None:
     worse = json.loads(json.dumps(metrics))
     worse["target_heldout_loss"] *= 1.1
     assert train.compare_metrics(metrics, worse)[0].startswith("target_heldout_loss")
+
+
+def _long_stdlib(root: Path) -> Path:
+    """The fake stdlib with more text: every module the bench reads (held out), each file marked with its
+    name on its first line, every file well under the toy-long sequence length."""
+    _fake_stdlib(root)
+    for i in range(40):
+        (root / f"more{i:02d}.py").write_text(
+            f"# file more{i:02d}\n" + f"def f{i}(x):\n    return x * {i}\n" * 6
+        )
+    body = "def parse(args):\n    return [a.split('=') for a in args]\n"
+    for rel in corpus.bench_module_paths():
+        name = rel.removesuffix(".py").replace("/", ".")
+        (root / rel).write_text(f"# file {name}\n" + body.replace("parse", name.replace(".", "_")))
+    return root
+
+
+def test_long_training_windows_pack_whole_files_and_stay_in_their_split(tmp_path: Path) -> None:
+    """The long presets train on windows of their sequence length over a split's token stream, whole files
+    joined by end-of-text: each window packs several files (the fake files are shorter than it), and each
+    split's stream holds exactly its own files, so no window reads a file of the other split."""
+    from benchmarks.pair import train
+
+    root = _long_stdlib(tmp_path / "stdlib")
+    corpus.build(root, tmp_path / "corpus")
+    tok = tokenizer.train([tmp_path / "corpus" / "train.txt"], 400, tmp_path / "tok")
+    length = train.PRESETS["toy-long"].seq_len
+    marked = {m.group(1): p for p in corpus.source_files(root)
+              if (m := re.match(r"# file (\S+)\n", p.read_text(errors="replace")))}  # fmt: skip
+    bench = {rel.removesuffix(".py").replace("/", ".") for rel in corpus.bench_module_paths()}
+    by_hash = {name for name, p in marked.items() if corpus.is_heldout(p.relative_to(root).as_posix(), set())}
+    held = bench | by_hash  # the modules the bench reads are held out whatever their hash
+    assert len(held) >= 16 and len(marked) - len(held) >= 30
+    for split in ("train", "heldout"):
+        stream = torch.tensor(tokenizer.encode_file(tok, tmp_path / "corpus" / f"{split}.txt"))
+        names = set(re.findall(r"# file (\S+)\n", tok.decode(stream.tolist(), skip_special_tokens=False)))
+        assert names == (held if split == "heldout" else set(marked) - held), split
+        rows = train.windows(stream, 50, length + 1, torch.Generator().manual_seed(0))
+        assert rows.shape == (50, length + 1)
+        assert all(row.count(tokenizer.EOT_ID) >= 1 for row in rows.tolist()), "files packed end to end"
+        starts = [
+            i for i in range(stream.numel() - length) if torch.equal(stream[i : i + length + 1], rows[0])
+        ]
+        assert starts, "a window is a slice of its split's stream"
+
+
+def test_text_labels_are_the_targets_guesses_aligned_as_continuation_labels() -> None:
+    """Where the target's argmax after each position equals the next token of the text, the text labels
+    equal the continuation labels (the tokens after the anchor); a wrong guess changes exactly its own."""
+    from benchmarks.pair.train import block_labels
+
+    seqs = torch.arange(100, 130).view(1, -1)
+    greedy = torch.cat([seqs[:, 1:], torch.tensor([[0]])], dim=1)  # the guess after t is token t + 1
+    anchors = torch.tensor([0, 5, 20])
+    assert torch.equal(block_labels(seqs, greedy, anchors, 4), block_labels(seqs, None, anchors, 4))
+    assert block_labels(seqs, None, anchors, 4)[0, 1].tolist() == [106, 107, 108]
+    greedy[0, 6] = 7  # the target guesses 7 after position 6: the label of token 7 (anchor 5, k = 2)
+    assert block_labels(seqs, greedy, anchors, 4)[0, 1].tolist() == [106, 7, 108]
+
+
+def test_long_presets_keep_the_h200_step_size_and_cover_the_served_contexts() -> None:
+    from benchmarks.pair.train import PRESETS
+
+    h200, long = PRESETS["h200"], PRESETS["h200-long"]
+    assert long.seq_len >= 4096 and long.eval_lengths == (512, 4096)
+    assert long.target_batch * long.seq_len == h200.target_batch * h200.seq_len, "tokens per step"
+    assert long.target.max_position_embeddings >= 8192 + long.eval_new_tokens, "the bench's context 8192"
+    assert long.target.rope_theta > h200.target.rope_theta
+    assert long.prompt_len < long.drafter.window < long.seq_len, "anchors before and past the window"
+    assert long.drafter.window == 2048 and long.drafter_data == "text"
+    assert long.target_deadline_s + long.drafter_deadline_s < 540, "guards inside a 10-minute call"
+    # the h200 pair's path: the new fields at the values that leave it as committed
+    assert h200.eval_lengths == () and h200.drafter_data == "continuations"
+
+
+def test_long_toy_preset_reports_loss_and_acceptance_at_both_lengths(tmp_path: Path, monkeypatch) -> None:
+    """toy-long: the h200-long code path on a CPU in seconds. Offline acceptance is computed once per
+    drafter and prompt length (the eval_prompt_len table shared), with prompts of each length."""
+    from benchmarks.pair import train
+
+    root = _long_stdlib(tmp_path / "stdlib")
+    seen: list[tuple[int, ...]] = []
+    real = evaluate.acceptance
+
+    def recording(target, drafter, sequences, block, how):
+        seen.append(tuple(sorted({len(prompt) for prompt, _ in sequences})))
+        return real(target, drafter, sequences, block, how)
+
+    monkeypatch.setattr(evaluate, "acceptance", recording)
+    out = tmp_path / "pair"
+    argv = ["--out", str(out), "--preset", "toy-long", "--stdlib", str(root), "--device", "cpu"]
+    assert train.main(argv) == 0
+    assert sorted(seen) == [(32,), (32,), (128,), (128,)], "2 drafters x 2 prompt lengths, each once"
+    metrics = json.loads((out / "metrics.json").read_text())
+    losses = metrics["target_heldout_loss_by_length"]
+    assert set(losses) == {"32", "128"} and all(0 < v < 10 for v in losses.values())
+    by_len = metrics["offline_acceptance_by_prompt_len"]
+    assert set(by_len) == {"32", "128"}
+    assert metrics["offline_acceptance"] == by_len["32"], "eval_prompts.json's prompts' table"
+    for table in by_len.values():
+        assert set(table) == {"trained", "step-4"}
+        assert all(1.0 <= v["accept_length"] <= 4.0 for t in table.values() for v in t.values())
+    ratio = metrics["offline_acceptance_ratio"]
+    for method, value in ratio.items():
+        want = (
+            by_len["128"]["trained"][method]["accept_length"]
+            / by_len["32"]["trained"][method]["accept_length"]
+        )
+        assert value == pytest.approx(want, abs=1e-4)
+    assert set(ratio) == {"dflash", "ddtree-4", "ddtree-8"}
+    assert "continuations_s" not in metrics, "the long drafter reads text, no generation pass"
+    assert len(metrics["drafter_heldout_accuracy"]) == 7
+    config = json.loads((out / "target" / "config.json").read_text())
+    assert config["rope_theta"] == 500000.0
+    prompts = json.loads((out / "eval_prompts.json").read_text())["prompts"]
+    assert {len(p) for p in prompts} == {32}
+    # a long pair checked against the h200 pair's committed metrics is told it is another pair
+    committed = json.loads((Path(__file__).parents[2] / "benchmarks/pair/results/metrics.json").read_text())
+    assert train.compare_metrics(committed, metrics)[0].startswith("preset toy-long vs committed h200")
 
 
 def serve_through_the_double(monkeypatch, module, url: str) -> None:
@@ -533,3 +653,30 @@ def test_concurrent_figure_counts_every_requests_tokens_and_keeps_the_first_outp
 
     got = profile_step.concurrent_tok_s(Client(), [[1], [1, 2], [1, 2, 3]], {"max_new_tokens": 2})
     assert got == {"aggregate_tok_s_c3": 120.0, "greedy_output": [1, 2]}
+
+
+def test_device_pair_train_picks_the_preset_and_expects_only_the_committed_pair(tmp_path: Path) -> None:
+    """tests/gpu/device_pair.sh train with a stand-in python3 on PATH that records its arguments (the real
+    training needs the GPU): h200 by default with --expect, PRESET=h200-long into its own PAIR without."""
+    script = Path(__file__).resolve().parents[2] / "tests" / "gpu" / "device_pair.sh"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text('#!/bin/bash\necho "$*" >> "$ARGS_LOG"\n')
+    (bin_dir / "python3").chmod(0o755)
+    log = tmp_path / "args.txt"
+    for preset, pair in ((None, "pair"), ("h200-long", "pair-long")):
+        environ = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "ARGS_LOG": str(log),
+                   "OUT": str(tmp_path / "out"), "PAIR": str(tmp_path / pair), "RUNS": str(tmp_path / "runs"),
+                   "TRAIN_DONE": str(tmp_path / f"{pair}.done")}  # fmt: skip
+        environ.pop("PRESET", None)
+        environ.update({"PRESET": preset} if preset else {})
+        done = subprocess.run(["bash", str(script), "train"], capture_output=True, text=True, env=environ,
+                              cwd=script.parents[2], timeout=60)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (tmp_path / f"{pair}.done").read_text().strip() == "0"
+    calls = log.read_text().splitlines()
+    assert calls == [
+        f"-m benchmarks.pair.train --out {tmp_path / 'pair'} --preset h200 "
+        "--expect benchmarks/pair/results/metrics.json",
+        f"-m benchmarks.pair.train --out {tmp_path / 'pair-long'} --preset h200-long",
+    ]
