@@ -725,13 +725,16 @@ def _topk_facts() -> dict:
     worker = DDTreeWorker.__new__(DDTreeWorker)
     worker.ddtree_topk, worker.ddtree_budget = 3, 8
     worker.model_runner = types.SimpleNamespace(model_config=types.SimpleNamespace(vocab_size=vocab))
-    vals, ids = worker._draft_topk_from_vocab_parallel_head(
-        hidden_states=hs, lm_head=types.SimpleNamespace(weight=weight, shard_indices=shard), chunk_size=4
-    )
+    lm_head = types.SimpleNamespace(weight=weight, shard_indices=shard)
+    vals, ids = worker._draft_topk_from_vocab_parallel_head(hidden_states=hs, lm_head=lm_head, chunk_size=4)
+    # the served case: every row in one chunk (the single-chunk return, no output buffers)
+    one_vals, one_ids = worker._draft_topk_from_vocab_parallel_head(hidden_states=hs, lm_head=lm_head)
     ref_vals, ref_ids = torch.topk(torch.log_softmax(hs @ weight.T, dim=-1), 3, dim=-1)
     return {
         "ids_equal": bool(torch.equal(ids, ref_ids)),
         "max_abs_err": float((vals - ref_vals).abs().max()),
+        "one_chunk_equals_chunked": bool(torch.equal(one_ids, ids) and torch.equal(one_vals, vals)),
+        "one_chunk_dtypes": [str(one_vals.dtype), str(one_ids.dtype)],
     }
 
 

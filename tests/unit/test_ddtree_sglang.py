@@ -343,6 +343,9 @@ def test_sampling_verify_targets_each_request_and_keeps_greedy_requests_greedy(f
 def test_vocab_parallel_topk_matches_full_log_softmax(facts: dict) -> None:
     assert facts["topk"]["ids_equal"] is True
     assert facts["topk"]["max_abs_err"] < 1e-4
+    # TP 1, every row in one chunk (the served case): the same values and ids as chunk by chunk
+    assert facts["topk"]["one_chunk_equals_chunked"] is True
+    assert facts["topk"]["one_chunk_dtypes"] == ["torch.float32", "torch.int64"]
 
 
 def test_vocab_parallel_topk_merges_across_two_tp_ranks(facts: dict) -> None:
