@@ -127,7 +127,8 @@ def analyze(trace: dict[str, Any], mode: str) -> dict[str, Any]:
         buckets[role] += dur
     if not intervals:
         return {"mode": mode, "steps": 0, "per_step_us": {}}
-    window = max(b for _, b in intervals) - min(a for a, _ in intervals)
+    window_end = max(b for _, b in intervals)
+    window = window_end - min(a for a, _ in intervals)
     busy = _union(intervals)
     steps = max(1, roles.count("target forward"))
     per_step = {name: round(value / steps, 1) for name, value in sorted(buckets.items())}
@@ -138,7 +139,6 @@ def analyze(trace: dict[str, Any], mode: str) -> dict[str, Any]:
     step_threads = {s.get("tid") for s in spans}
     stacks = [e for e in events if e.get("cat") == "python_function" and e.get("tid") in step_threads]
     if stacks and decode_start is not None:
-        window_end = max(b for _, b in intervals)
         result["python_us_per_step"] = python_hotspots(stacks, steps, decode_start, window_end)
     return result
 
@@ -328,7 +328,7 @@ def profile_mode(
     args = smoke_server.mode_args(kind, pair / "drafter", settings)
     with serve_bench.step_environment(mode):
         server = smoke_server.Server(pair / "target", args, folder / "server.log", settings)
-    prompts = json.loads((pair / "eval_prompts.json").read_text())["prompts"]
+    prompts, _ = serve_bench.eval_prompts(pair)
     params = {"max_new_tokens": new_tokens, "temperature": 0.0, "ignore_eos": True}
     results = []
     try:
