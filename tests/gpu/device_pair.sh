@@ -20,9 +20,9 @@
 #          GPU ($RUNS/profile/profile.json); PROFILE_ARGS=--stacks adds host time per Python function.
 #   pack:  $RUNS without the profiler traces into $OUT/runs.tar.gz, and up to 7 traces under 16 MiB into
 #          $OUT/traces/ (a call brings back at most 8 files of 16 MiB).
-#   pack-pair: the trained pair as a tar in 15 MiB parts in $OUT/pair/ (pair.tar.NN + pair.tar.sha256; about
-#          60 MB, so 4-5 parts: one call brings back at most 8 files of 16 MiB), to keep it on the host
-#          (an ignored folder, e.g. .device/pair/) for a later sitting.
+#   pack-pair: the trained pair as a tar in 15 MiB parts in $OUT/pair/ (pair.tar.NN + pair.tar.sha256; 78 MB,
+#          six parts, more than one call brings back: fetch the rest in a second call), to keep it on the
+#          host (an ignored folder, e.g. .device/pair/) for a later sitting.
 #   unpack-pair: a kept pair back into $PAIR from $PAIR_PARTS (pair.tar.NN + pair.tar.sha256, carried in one
 #          or two calls): refuses a tar whose sha256 differs; writes $TRAIN_DONE (0) as `train` does, so
 #          device_queue.sh's timing jobs start at once instead of after nine minutes of training.

@@ -49,7 +49,7 @@ class SmokeSettings:
     launch_timeout_s: float = 300.0
     extra_server_args: tuple[str, ...] = ()
     tp: int = 1  # tensor-parallel size of every server (a divisor of the target's attention heads)
-    arch: str = "gqa"  # the target: "gqa" (Qwen3) or "mla" (Kimi K2.6's MLA + MoE: smoke_models_mla)
+    arch: str = "gqa"  # the target: "gqa" (Qwen3) or "mla" (Kimi K2.6's MLA + MoE: smoke.models_mla)
 
     @property
     def long_prompt(self) -> int:
