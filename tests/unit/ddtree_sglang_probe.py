@@ -738,6 +738,118 @@ def _topk_facts() -> dict:
     }
 
 
+def _tree_stage_facts() -> dict:
+    """The worker's tree stage (patch ddtree-step-graph) at TP 1 against the reference path (log_softmax ->
+    build_ddtree -> root + nodes at seq_len + depth); TreeStageGraphs with nothing captured (CPU: CUDA graphs
+    cannot run here, the GPU test replays them) runs the stage eagerly; _build_verify_input goes through the
+    graphs object when there is one and builds the same verify input as without; the refusal reasons."""
+    import torch
+    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.speculative import ddtree_info, ddtree_step_graph, dflash_info
+    from sglang.srt.speculative.ddtree_utils import build_ddtree
+    from sglang.srt.speculative.ddtree_worker import DDTreeWorker
+
+    ddtree_info.assign_req_to_token_pool_func = _assign_req_to_token_reference
+    dflash_info.assign_req_to_token_pool_func = _assign_req_to_token_reference
+    torch.manual_seed(1)
+    hidden, vocab, bs, depth, budget, topk = 8, 40, 3, 4, 8, 3
+    weight = torch.randn(vocab, hidden)
+    shard = types.SimpleNamespace(
+        num_org_elements=vocab,
+        num_org_elements_padded=vocab,
+        num_added_elements=0,
+        org_vocab_start_index=0,
+        added_vocab_start_index=vocab,
+    )
+    lm_head = types.SimpleNamespace(weight=weight, shard_indices=shard)
+    worker = DDTreeWorker.__new__(DDTreeWorker)
+    worker.ddtree_topk, worker.ddtree_budget, worker.tree_depth = topk, budget, depth
+    worker.block_size, worker.num_verify_tokens = depth + 1, budget + 1
+    worker.model_runner = types.SimpleNamespace(model_config=types.SimpleNamespace(vocab_size=vocab))
+    worker.target_worker = types.SimpleNamespace(
+        model_runner=types.SimpleNamespace(model=types.SimpleNamespace(lm_head=lm_head))
+    )
+    worker.page_size = 1
+    hs = torch.randn(bs * depth, hidden)
+    root = torch.tensor([5, 7, 9])
+    seq = torch.tensor([10, 3, 100])
+    tree, ids, pos = worker._tree_stage(hs, root, seq)
+    ref = build_ddtree(torch.log_softmax(hs @ weight.T, dim=-1).view(bs, depth, vocab), budget, topk)
+    calls = []
+
+    def counted(*args):
+        calls.append(args[1].shape[0])
+        return worker._tree_stage(*args)
+
+    graphs = ddtree_step_graph.TreeStageGraphs(
+        counted,
+        batch_sizes=[bs],
+        depth=depth,
+        hidden_size=hidden,
+        hidden_dtype=weight.dtype,
+        device=torch.device("cpu"),
+    )
+    _, eager_ids, eager_pos = graphs.run(hs, root, seq)
+
+    def verify_input(graphs_object):
+        worker.tree_stage_graphs = graphs_object
+        allocator = TokenToKVPoolAllocator(128, torch.bfloat16, "cpu", None, False)
+        batch = types.SimpleNamespace(
+            forward_mode=ForwardMode.DECODE,
+            batch_size=lambda: bs,
+            sampling_info=None,
+            tree_cache=types.SimpleNamespace(
+                token_to_kv_pool_allocator=allocator, is_chunk_cache=lambda: True
+            ),
+            req_pool_indices=torch.tensor([1, 0, 2]),
+            req_to_token_pool=types.SimpleNamespace(req_to_token=torch.full((3, 160), -1, dtype=torch.int32)),
+            seq_lens=seq.clone(),
+            seq_lens_cpu=seq.clone(),
+            device="cpu",
+        )
+        block = torch.zeros((bs, depth + 1), dtype=torch.long)
+        block[:, 0] = root
+        out = types.SimpleNamespace(
+            hidden_states=torch.cat([torch.zeros(bs, 1, hidden), hs.view(bs, depth, hidden)], 1)
+        )
+        spec = worker._build_verify_input(
+            batch=batch, draft_logits_output=out, block_ids=block, positions_2d=None, lm_head=lm_head
+        )
+        return spec.draft_token.tolist(), spec.positions.tolist(), spec.custom_mask.tolist()
+
+    calls.clear()
+    through_graphs = verify_input(graphs)
+    calls_through_graphs = list(calls)
+    without = verify_input(None)
+    refusal = ddtree_step_graph.step_graph_refusal
+    cuda = torch.device("cuda", 0)
+    os.environ[ddtree_step_graph.STEP_GRAPH_ENV] = "0"
+    switched_off = refusal(device=cuda, tp_size=1, cuda_graphs=True)
+    os.environ.pop(ddtree_step_graph.STEP_GRAPH_ENV)
+    return {
+        "tokens_equal": bool(torch.equal(tree.tokens, ref.tokens)),
+        "parents_equal": bool(torch.equal(tree.parents, ref.parents)),
+        "mask_equal": bool(torch.equal(tree.mask, ref.mask)),
+        "ids_are_root_then_nodes": bool(
+            torch.equal(ids.view(bs, -1), torch.cat([root[:, None], ref.tokens], 1))
+        ),
+        "positions_are_seq_len_plus_depth": bool(
+            torch.equal(pos.view(bs, -1), seq[:, None] + ref.verify_depth)
+        ),
+        "uncaptured_runs_eager": bool(torch.equal(eager_ids, ids) and torch.equal(eager_pos, pos)),
+        "verify_input_through_graphs_equal": through_graphs == without,
+        "calls_through_graphs": calls_through_graphs,
+        "refusals": {
+            "cpu": refusal(device=torch.device("cpu"), tp_size=1, cuda_graphs=True),
+            "tp2": refusal(device=cuda, tp_size=2, cuda_graphs=True),
+            "no_graphs": refusal(device=cuda, tp_size=1, cuda_graphs=False),
+            "switched_off": switched_off,
+            "cuda_tp1": refusal(device=cuda, tp_size=1, cuda_graphs=True),
+        },
+    }
+
+
 class _GlooTpGroup:
     """Stand-in for SGLang's TP GroupCoordinator on CPU: its all_gather_into_tensor is a CUDA-only custom op;
     this one gathers the same rank-ordered concatenation with torch.distributed (gloo)."""
@@ -935,6 +1047,7 @@ def main() -> None:
         facts["prepare"] = _prepare_facts()
         facts["sampling"] = _sampling_facts()
         facts["topk"] = _topk_facts()
+        facts["tree_stage"] = _tree_stage_facts()
         facts["requests"] = _request_facts()
         facts["batch_invariant"] = _batch_invariant_facts()
         facts["sliding_window"] = _sliding_window_facts(args)
