@@ -2,7 +2,7 @@
 
 Runs the patched SGLang installed on the device (/tmp/site on PYTHONPATH, tests/gpu/README.md): the
 worker's own `_tree_stage` (LM-head top-k, tree build, verify ids and positions) on a worker made without
-its constructor, captured by TreeStageGraphs for several batch sizes and replayed on fresh inputs.
+its constructor, captured by BatchGraphs for several batch sizes and replayed on fresh inputs.
 Stand-ins (no drafter or target model is loaded): an LM head of Kimi's vocabulary with random weights, and
 a one-rank TP group (SGLang's is not initialised in a test process). With `-s` it prints the host time per
 call of the eager stage and of a replay (the saving the graphs exist for; a figure, not a timed assertion).
@@ -18,7 +18,7 @@ import torch
 
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA device", allow_module_level=True)
-step_graph = pytest.importorskip("sglang.srt.speculative.ddtree_step_graph")
+step_graphs = pytest.importorskip("sglang.srt.speculative.step_graphs")
 ddtree_worker = pytest.importorskip("sglang.srt.speculative.ddtree_worker")
 
 VOCAB, HIDDEN, DEPTH, BUDGET, TOPK = 163840, 1024, 7, 16, 4
@@ -68,12 +68,15 @@ def host_us_per_call(fn, args: tuple, calls: int = 200) -> float:
 @pytest.fixture(scope="module")
 def captured() -> tuple[object, object]:
     worker = make_worker()
-    graphs = step_graph.TreeStageGraphs(
+    graphs = step_graphs.BatchGraphs(
+        "tree stage",
         worker._tree_stage,
         batch_sizes=BATCH_SIZES,
-        depth=DEPTH,
-        hidden_size=HIDDEN,
-        hidden_dtype=torch.bfloat16,
+        inputs=[
+            step_graphs.GraphInput(DEPTH, (HIDDEN,), torch.bfloat16),
+            step_graphs.GraphInput(1, (), torch.long),
+            step_graphs.GraphInput(1, (), torch.long),
+        ],
         device=torch.device("cuda"),
     )
     with torch.no_grad():
@@ -89,21 +92,18 @@ def test_replay_equals_the_eager_stage(captured, bs: int) -> None:
         with torch.no_grad():
             tree, ids, pos = worker._tree_stage(hidden, root, seq_lens)
             expect = [t.clone() for t in (tree.tokens, tree.parents, tree.mask, tree.verify_depth, ids, pos)]
-            g_tree, g_ids, g_pos = graphs.run(hidden, root, seq_lens)
+            g_tree, g_ids, g_pos = graphs.replay(bs, hidden, root, seq_lens)
         got = (g_tree.tokens, g_tree.parents, g_tree.mask, g_tree.verify_depth, g_ids, g_pos)
         names = ("tokens", "parents", "mask", "verify_depth", "ids", "positions")
         for name, a, b in zip(names, got, expect, strict=True):
             assert torch.equal(a, b), f"bs {bs} seed {seed}: {name} differs from the eager stage"
 
 
-def test_a_batch_size_not_captured_runs_eagerly(captured) -> None:
-    worker, graphs = captured
+def test_a_batch_size_not_captured_is_not_replayed(captured) -> None:
+    _, graphs = captured
     hidden, root, seq_lens = inputs(3, 7)
-    with torch.no_grad():
-        tree, ids, _ = graphs.run(hidden, root, seq_lens)
-        expect_tree, expect_ids, _ = worker._tree_stage(hidden, root, seq_lens)
     assert 3 not in graphs.graphs
-    assert torch.equal(ids, expect_ids) and torch.equal(tree.tokens, expect_tree.tokens)
+    assert graphs.replay(3, hidden, root, seq_lens) is None
 
 
 def test_print_host_time_eager_vs_replay(captured) -> None:
@@ -113,7 +113,7 @@ def test_print_host_time_eager_vs_replay(captured) -> None:
         hidden, root, seq_lens = inputs(bs, 1)
         with torch.no_grad():
             eager = host_us_per_call(worker._tree_stage, (hidden, root, seq_lens))
-            replay = host_us_per_call(graphs.run, (hidden, root, seq_lens))
+            replay = host_us_per_call(graphs.replay, (bs, hidden, root, seq_lens))
         rows.append((bs, eager, replay))
         assert replay > 0 and eager > 0
     print("\ntree stage, us per call (host + GPU, synchronised every 200 calls): bs, eager, replay, ratio")

@@ -349,19 +349,19 @@ def test_vocab_parallel_topk_matches_full_log_softmax(facts: dict) -> None:
 
 
 def test_tree_stage_equals_the_reference_and_routes_through_its_graphs(facts: dict) -> None:
-    """Patch ddtree-step-graph on CPU: the stage it captures is the reference tree path, the worker asks the
-    graphs object for it (which runs it eagerly here: no CUDA graphs on CPU;
-    tests/gpu/test_tree_stage_graph_gpu.py replays them), and every case that must stay eager says why."""
+    """Patch ddtree-step-graph on CPU: the stage it captures is the reference tree path, the worker replays
+    the graphs object for it (a stand-in capture here: no CUDA graphs on CPU;
+    tests/gpu/test_tree_stage_graph_gpu.py replays real ones), and each case that must stay eager says why."""
     t = facts["tree_stage"]
     for name in ("tokens_equal", "parents_equal", "mask_equal", "ids_are_root_then_nodes"):
         assert t[name] is True, name
     assert t["positions_are_seq_len_plus_depth"] is True
-    assert t["uncaptured_runs_eager"] is True
+    assert t["uncaptured_replay"] is None
     assert t["verify_input_through_graphs_equal"] is True
-    assert t["calls_through_graphs"] == [3]
+    assert t["calls_through_graphs"] == ["replay"]
     r = t["refusals"]
     assert "cpu" in r["cpu"] and "tensor parallel size 2" in r["tp2"]
-    assert "disabled" in r["no_graphs"] and "SGLANG_DDTREE_STEP_GRAPH=0" in r["switched_off"]
+    assert "disabled" in r["no_graphs"] and "SGLANG_DFLASH_STEP_GRAPHS=0" in r["switched_off"]
     assert r["cuda_tp1"] is None
 
 

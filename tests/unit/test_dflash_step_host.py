@@ -84,3 +84,15 @@ def test_tree_mask_kernel_equals_the_flat_mask_of_ddtree_utils(facts: dict, case
     got = facts["tree_mask"][case]
     assert got["dtype"] == "torch.bool"
     assert got["equal"], f"{case}: the kernel's flat mask differs from flatten_verify_mask's"
+
+
+@pytest.mark.parametrize("case", ["three_requests_window", "one_request", "no_window_full_blocks"])
+def test_padded_kv_append_writes_what_the_eager_append_writes(facts: dict, case: str) -> None:
+    """Patch ddtree-step-graph: the KV append its CUDA graph captures (run eagerly on CPU, the replay is
+    checked on the device) places every committed row where the eager append does, sends only the padding to
+    slot 0, and leaves the same compact draft rows and lengths."""
+    got = facts["padded_append"][case]
+    assert got["same_placement"], got
+    assert got["placed"] == got["total_ctx"] == got["eager_writes"]
+    assert got["padded_writes"] - got["padding_to_slot_0"] == got["total_ctx"]
+    assert got["same_lens"] and got["same_draft_rows"]

@@ -623,7 +623,7 @@ def test_mode_variants_serve_with_their_switch_and_the_same_settings(monkeypatch
 
     monkeypatch.delenv("SGLANG_DFLASH_FAST_STEP", raising=False)
     monkeypatch.setenv("SGLANG_DDTREE_SPLITKV_VERIFY", "1")  # a stray shell setting must not leak in
-    monkeypatch.delenv("SGLANG_DDTREE_STEP_GRAPH", raising=False)
+    monkeypatch.delenv("SGLANG_DFLASH_STEP_GRAPHS", raising=False)
     assert serve_bench.server_settings("ddtree-16@upstream") == serve_bench.server_settings("ddtree-16")
     assert serve_bench.server_settings("ddtree-16@splitkv") == serve_bench.server_settings("ddtree-16")
     with serve_bench.step_environment("dflash@upstream"):
@@ -635,9 +635,9 @@ def test_mode_variants_serve_with_their_switch_and_the_same_settings(monkeypatch
     with serve_bench.step_environment("dflash"):
         assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "1"
         assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "0"
-        assert os.environ["SGLANG_DDTREE_STEP_GRAPH"] == "1"
+        assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "1"
     with serve_bench.step_environment("ddtree-16@eager"):
-        assert os.environ["SGLANG_DDTREE_STEP_GRAPH"] == "0"
+        assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "0"
         assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "0"
     assert "SGLANG_DFLASH_FAST_STEP" not in os.environ
     assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "1"
