@@ -305,6 +305,73 @@ def _padded_append_facts() -> dict:
     return out
 
 
+def _append_routing_facts() -> dict:
+    """_append_target_hidden_to_draft_kv replays the captured append in the decode loop (after a verify, in
+    TARGET_VERIFY mode; before a draft, DECODE) and runs a prefill's (EXTEND) eagerly. The capture is a
+    stand-in (CUDA graphs cannot run on CPU): a "replay" runs the padded append over the input buffers."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.speculative.step_graphs import BatchGraphs, GraphInput
+
+    gen = torch.Generator().manual_seed(6)
+    target_r2t = torch.randint(1, 10**5, (4, 128), generator=gen, dtype=torch.int32)
+    hidden = torch.randn(5, 6, generator=gen)
+    out = {}
+    for mode in (ForwardMode.TARGET_VERIFY, ForwardMode.DECODE, ForwardMode.EXTEND):
+        worker, writes = _append_worker(4, 16, target_r2t, torch.zeros_like(target_r2t))
+        graphs = BatchGraphs(
+            "append",
+            worker._append_padded,
+            batch_sizes=[2],
+            inputs=[
+                GraphInput(4, (6,), torch.float32),
+                GraphInput(1, (), torch.int32),
+                GraphInput(1, (), torch.int64),
+                GraphInput(1, (), torch.int64),
+            ],
+            device=torch.device("cpu"),
+        )
+        views, lens_out, replays = graphs._views(2), torch.zeros(2, dtype=torch.int32), []
+
+        def stand_in_replay(views=views, lens_out=lens_out, replays=replays, worker=worker) -> None:
+            replays.append(1)
+            lens_out.copy_(worker._append_padded(*views))
+
+        graphs.graphs[2] = types.SimpleNamespace(
+            graph=types.SimpleNamespace(replay=stand_in_replay), output=lens_out
+        )
+        rope = torch.zeros(8, 2)
+        worker.__dict__.update(
+            _kv_append_graphs=graphs,
+            _fused_kv_helper=types.SimpleNamespace(rotary_emb=types.SimpleNamespace(cos_sin_cache=rope)),
+            _append_rope_ptr=rope.data_ptr(),
+        )
+        seq_lens = torch.tensor([40, 9], dtype=torch.int64)
+        batch = types.SimpleNamespace(
+            forward_mode=mode,
+            is_extend_in_batch=False,
+            batch_size=lambda: 2,
+            req_pool_indices=torch.tensor([3, 1]),
+            req_to_token_pool=types.SimpleNamespace(req_to_token=target_r2t),
+            seq_lens=seq_lens,
+            seq_lens_cpu=seq_lens.clone(),
+        )
+        draft_input = types.SimpleNamespace(
+            target_hidden=hidden.clone(),
+            ctx_lens=torch.tensor([3, 2], dtype=torch.int32),
+            draft_seq_lens=torch.zeros(2, dtype=torch.int32),
+        )
+        worker._append_target_hidden_to_draft_kv(batch, draft_input)
+        out[mode.name] = {
+            "replays": len(replays),
+            "lens": draft_input.draft_seq_lens.tolist(),
+            "lens_not_the_graph_output": draft_input.draft_seq_lens.data_ptr() != lens_out.data_ptr(),
+            "ctx_lens_zeroed": draft_input.ctx_lens.tolist() == [0, 0],
+            "hidden_emptied": int(draft_input.target_hidden.shape[0]) == 0,
+            "committed_rows_written": sum(int((loc != 0).sum()) for _, _, loc in writes),
+        }
+    return out
+
+
 def main() -> None:
     facts: dict = {}
     try:
@@ -315,6 +382,7 @@ def main() -> None:
         facts["mask_policy"] = _mask_policy_facts()
         facts["tree_mask"] = _tree_mask_facts()
         facts["padded_append"] = _padded_append_facts()
+        facts["append_routing"] = _append_routing_facts()
     except Exception:
         facts["probe_error"] = traceback.format_exc()
     print("DFLASH-STEP-PROBE " + json.dumps(facts))
