@@ -37,8 +37,8 @@ from ddtree.smoke.models import SmokeSettings
 MODES = ("none", "dflash", "ddtree-8", "ddtree-16", "ddtree-32")
 # A mode may carry one variant suffix: the same server settings with one step switch changed, so one sitting
 # puts old and new side by side (dflash@upstream: patch 0008's host-light step off, SGLang's own step;
-# ddtree-16@splitkv: patch 0009's split-KV target verify on; dflash@eager, ddtree-16@eager: patch 0012's step CUDA
-# graphs off). Every switch is set explicitly for every server.
+# ddtree-16@splitkv: patch 0009's split-KV target verify on; dflash@eager, ddtree-16@eager: patch 0012's step
+# CUDA graphs off). Every switch is set explicitly for every server.
 FAST_STEP_ENV = "SGLANG_DFLASH_FAST_STEP"
 SPLITKV_ENV = "SGLANG_DDTREE_SPLITKV_VERIFY"
 STEP_GRAPHS_ENV = "SGLANG_DFLASH_STEP_GRAPHS"
