@@ -372,6 +372,42 @@ def _append_routing_facts() -> dict:
     return out
 
 
+def _chain_stage_facts() -> dict:
+    """DFLASH's chain stage (patch ddtree-step-graph; what its CUDA graph captures, run eagerly here) against
+    the LM head's argmax done by hand: the root, then each block row's greedy token. SGLang's TP group is a
+    one-rank stand-in (the probe does not initialise torch.distributed)."""
+    from sglang.srt.speculative import dflash_worker as dw
+
+    gen = torch.Generator().manual_seed(7)
+    vocab, hidden_size, bs, block = 50, 8, 3, 5
+    weight = torch.randn(vocab, hidden_size, generator=gen)
+    shard = types.SimpleNamespace(
+        num_org_elements=vocab,
+        num_org_elements_padded=vocab,
+        num_added_elements=0,
+        org_vocab_start_index=0,
+        added_vocab_start_index=vocab,
+    )
+    worker = object.__new__(dw.DFlashWorker)
+    worker.__dict__.update(
+        target_worker=types.SimpleNamespace(
+            model_runner=types.SimpleNamespace(
+                model=types.SimpleNamespace(lm_head=types.SimpleNamespace(weight=weight, shard_indices=shard))
+            )
+        )
+    )
+    saved = dw.get_tp_group
+    dw.get_tp_group = lambda: types.SimpleNamespace(world_size=1)
+    try:
+        hidden = torch.randn(bs * (block - 1), hidden_size, generator=gen)
+        root = torch.tensor([4, 8, 15])
+        tokens = worker._chain_stage(hidden, root)
+    finally:
+        dw.get_tp_group = saved
+    expect = torch.cat([root.view(bs, 1), (hidden @ weight.T).argmax(dim=-1).view(bs, block - 1)], dim=1)
+    return {"equal": bool(torch.equal(tokens, expect.reshape(-1))), "shape": list(tokens.shape)}
+
+
 def main() -> None:
     facts: dict = {}
     try:
@@ -383,6 +419,7 @@ def main() -> None:
         facts["tree_mask"] = _tree_mask_facts()
         facts["padded_append"] = _padded_append_facts()
         facts["append_routing"] = _append_routing_facts()
+        facts["chain_stage"] = _chain_stage_facts()
     except Exception:
         facts["probe_error"] = traceback.format_exc()
     print("DFLASH-STEP-PROBE " + json.dumps(facts))

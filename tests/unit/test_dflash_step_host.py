@@ -110,3 +110,9 @@ def test_the_decode_loops_kv_append_replays_its_graph_and_a_prefills_does_not(fa
         assert got[mode]["ctx_lens_zeroed"] and got[mode]["hidden_emptied"], mode
         assert got[mode]["committed_rows_written"] == 5, mode
     assert got["TARGET_VERIFY"]["lens_not_the_graph_output"] is True
+
+
+def test_dflash_chain_stage_is_the_root_then_the_greedy_block(facts: dict) -> None:
+    """Patch ddtree-step-graph's DFLASH chain stage, the function its CUDA graph captures (run eagerly on
+    CPU; the served replay is checked by the device smoke's greedy identity)."""
+    assert facts["chain_stage"] == {"equal": True, "shape": [15]}
