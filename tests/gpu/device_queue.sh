@@ -9,6 +9,7 @@
 # queue is skipped and said so, so the last call can pack what finished; a job running past $JOB_TIMEOUT
 # seconds (default 480) is stopped (exit 124).
 #
+#   smoke           the pro6000 smoke (baseline, DFLASH, DDTREE) as served by default
 #   smoke-splitkv   the pro6000 smoke (baseline, DFLASH, DDTREE) with the split-KV verify on (issue 26)
 #   stress-splitkv  the stress (retraction, aborts, stops, request options) with the split-KV verify on
 #   secrets         secrets_tiny.py: keys enforced, none shown anywhere (issue 29)
@@ -29,8 +30,8 @@ PROFILE_CONTEXTS=${PROFILE_CONTEXTS:-256,4096}
 TIMING_JOBS=" stacks profile options core-bench "
 for job in "$@"; do
   case $job in
-    smoke-splitkv | stress-splitkv | secrets | mla | tree-graph | stacks | profile | options | core-bench) ;;
-    *) echo "device_queue.sh: unknown job '$job' (smoke-splitkv stress-splitkv secrets mla tree-graph stacks profile options core-bench)" >&2
+    smoke | smoke-splitkv | stress-splitkv | secrets | mla | tree-graph | stacks | profile | options | core-bench) ;;
+    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-splitkv stress-splitkv secrets mla tree-graph stacks profile options core-bench)" >&2
        exit 2 ;;
   esac
 done
@@ -42,6 +43,7 @@ begin=$SECONDS
 run_job() {
   local limit=${JOB_TIMEOUT:-480}
   case $1 in
+    smoke) timeout "$limit" env OUT="$OUT/smoke" bash tests/gpu/device_ddtree.sh smoke ;;
     smoke-splitkv) timeout "$limit" env SGLANG_DDTREE_SPLITKV_VERIFY=1 OUT="$OUT/smoke-splitkv" \
                      bash tests/gpu/device_ddtree.sh smoke ;;
     stress-splitkv) timeout "$limit" env SGLANG_DDTREE_SPLITKV_VERIFY=1 OUT="$OUT/stress-splitkv" \
