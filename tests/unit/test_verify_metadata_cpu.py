@@ -89,3 +89,21 @@ def test_kernel_compiles_for_every_target_arch(sglang_cpu_path: str) -> None:  #
     for arch in archs:
         for variant in ("i32:i64", "i64:i64", "i32:i32", "i64:i32"):
             assert compiled.get(f"{arch}:{variant}", 0) > 1000, f"no sm_{arch} cubin for lens:rows {variant}"
+
+
+def test_the_device_bench_runs_both_paths_and_finds_them_equal(sglang_cpu_path: str, tmp_path: Path) -> None:  # noqa: F811
+    """benchmarks/verify_metadata_bench.py in the interpreter at toy sizes: its loader finds the patched
+    methods and the two paths fill equal buffers (the GPU figures come from the same script on the device)."""
+    patched = sglang_cpu_path.split(os.pathsep)[0]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": sglang_cpu_path}
+    out = tmp_path / "bench.json"
+    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "verify_metadata_bench.py"
+    args = ["--sglang", patched, "--device", "cpu", "--bs", "1", "4", "--contexts", "40", "--iters", "2"]
+    done = subprocess.run(
+        [sys.executable, str(bench), *args, "--warmup", "1", "--json", str(out)],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["bs"], r["context"], r["same"]) for r in rows] == [(1, 40, True), (4, 40, True)]
+    assert all(r["host_old"] > 0 and r["host_new"] > 0 for r in rows)
