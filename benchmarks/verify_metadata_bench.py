@@ -1,4 +1,4 @@
-"""Host time of the triton backend's CUDA-graph target-verify metadata: upstream's torch ops against 0012.
+"""Host time of the triton backend's CUDA-graph target-verify metadata: upstream's torch ops against 0013.
 
     python benchmarks/verify_metadata_bench.py --sglang ROOT [--bs 1 8 32 64] [--contexts 256 4096]
         [--num-draft 17] [--iters 300] [--device cuda] [--json FILE]

@@ -13,6 +13,8 @@
 #   stress-splitkv  the stress (retraction, aborts, stops, request options) with the split-KV verify on
 #   secrets         secrets_tiny.py: keys enforced, none shown anywhere (issue 29)
 #   mla             the smoke on the tiny Kimi-shaped MLA target (issue 32)
+#   tree-graph      tests/gpu/test_tree_stage_graph_gpu.py: the tree stage's CUDA graphs replay the eager stage
+#                   exactly, and its host time eager vs replayed (issue 25)
 #   stacks          (timing) profile_step --stacks: host time per Python function, DDTREE-16, context 256
 #   profile         (timing) profile_step over $PROFILE_MODES x $PROFILE_CONTEXTS (issues 25, 26)
 #   options         (timing) options_acceptance: acceptance with request options on the pair (issue 28)
@@ -27,8 +29,8 @@ PROFILE_CONTEXTS=${PROFILE_CONTEXTS:-256,4096}
 TIMING_JOBS=" stacks profile options core-bench "
 for job in "$@"; do
   case $job in
-    smoke-splitkv | stress-splitkv | secrets | mla | stacks | profile | options | core-bench) ;;
-    *) echo "device_queue.sh: unknown job '$job' (smoke-splitkv stress-splitkv secrets mla stacks profile options core-bench)" >&2
+    smoke-splitkv | stress-splitkv | secrets | mla | tree-graph | stacks | profile | options | core-bench) ;;
+    *) echo "device_queue.sh: unknown job '$job' (smoke-splitkv stress-splitkv secrets mla tree-graph stacks profile options core-bench)" >&2
        exit 2 ;;
   esac
 done
@@ -46,6 +48,7 @@ run_job() {
                       bash tests/gpu/device_ddtree.sh stress ;;
     secrets) timeout "$limit" env OUT="$OUT/secrets" bash tests/gpu/device_ddtree.sh secrets ;;
     mla) timeout "$limit" env DDTREE_SMOKE_ARCH=mla OUT="$OUT/mla" bash tests/gpu/device_ddtree.sh smoke ;;
+    tree-graph) timeout "$limit" python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_tree_stage_graph_gpu.py ;;
     stacks) timeout "$limit" python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/stacks" --stacks \
               --modes ddtree-16 --contexts 256 --steps 8 ;;
     profile) timeout "$limit" python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/profile" \

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import io
 import json
 import os
@@ -738,6 +739,140 @@ def _topk_facts() -> dict:
     }
 
 
+def _tree_stage_facts() -> dict:
+    """The worker's tree stage (patch ddtree-step-graph) at TP 1 against the reference path (log_softmax ->
+    build_ddtree -> root + nodes at seq_len + depth); BatchGraphs replays nothing for a size it did not
+    capture; _build_verify_input copies its inputs into the graphs' buffers and takes the captured output
+    (a stand-in capture: the stage run over the buffers; CUDA graphs cannot run on CPU, the GPU test replays
+    real ones), which is the same verify input as the eager stage's; the refusal reasons."""
+    import torch
+    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.speculative import ddtree_info, dflash_info, step_graphs
+    from sglang.srt.speculative.ddtree_utils import build_ddtree
+    from sglang.srt.speculative.ddtree_worker import DDTreeWorker
+
+    ddtree_info.assign_req_to_token_pool_func = _assign_req_to_token_reference
+    dflash_info.assign_req_to_token_pool_func = _assign_req_to_token_reference
+    torch.manual_seed(1)
+    hidden, vocab, bs, depth, budget, topk = 8, 40, 3, 4, 8, 3
+    weight = torch.randn(vocab, hidden)
+    shard = types.SimpleNamespace(
+        num_org_elements=vocab,
+        num_org_elements_padded=vocab,
+        num_added_elements=0,
+        org_vocab_start_index=0,
+        added_vocab_start_index=vocab,
+    )
+    lm_head = types.SimpleNamespace(weight=weight, shard_indices=shard)
+    worker = DDTreeWorker.__new__(DDTreeWorker)
+    worker.ddtree_topk, worker.ddtree_budget, worker.tree_depth = topk, budget, depth
+    worker.block_size, worker.num_verify_tokens = depth + 1, budget + 1
+    worker.model_runner = types.SimpleNamespace(model_config=types.SimpleNamespace(vocab_size=vocab))
+    worker.target_worker = types.SimpleNamespace(
+        model_runner=types.SimpleNamespace(model=types.SimpleNamespace(lm_head=lm_head))
+    )
+    worker.page_size = 1
+    hs = torch.randn(bs * depth, hidden)
+    root = torch.tensor([5, 7, 9])
+    seq = torch.tensor([10, 3, 100])
+    tree, ids, pos = worker._tree_stage(hs, root, seq)
+    ref = build_ddtree(torch.log_softmax(hs @ weight.T, dim=-1).view(bs, depth, vocab), budget, topk)
+    calls = []
+
+    def counted(*args):
+        calls.append(args[1].shape[0])
+        return worker._tree_stage(*args)
+
+    graphs = step_graphs.BatchGraphs(
+        "tree stage",
+        counted,
+        batch_sizes=[bs],
+        inputs=[
+            step_graphs.GraphInput(depth, (hidden,), weight.dtype),
+            step_graphs.GraphInput(1, (), torch.long),
+            step_graphs.GraphInput(1, (), torch.long),
+        ],
+        device=torch.device("cpu"),
+    )
+    not_captured = graphs.replay(bs, hs, root, seq)
+    # A stand-in capture (CUDA graphs cannot run on CPU): the output is made over the input buffers once, and
+    # a "replay" recomputes the stage from the buffers into those same output tensors, as a graph would.
+    views = graphs._views(bs)
+    captured_output = worker._tree_stage(*views)
+
+    def tensors(output) -> list:
+        tree, ids_out, pos_out = output
+        fields = [getattr(tree, f.name) for f in dataclasses.fields(tree)]
+        return [t for t in fields if isinstance(t, torch.Tensor)] + [ids_out, pos_out]
+
+    def stand_in_replay() -> None:
+        calls.append("replay")
+        for kept, fresh in zip(tensors(captured_output), tensors(worker._tree_stage(*views)), strict=True):
+            kept.copy_(fresh)
+
+    graphs.graphs[bs] = types.SimpleNamespace(
+        graph=types.SimpleNamespace(replay=stand_in_replay), output=captured_output
+    )
+
+    def verify_input(graphs_object):
+        worker.tree_stage_graphs = graphs_object
+        allocator = TokenToKVPoolAllocator(128, torch.bfloat16, "cpu", None, False)
+        batch = types.SimpleNamespace(
+            forward_mode=ForwardMode.DECODE,
+            batch_size=lambda: bs,
+            sampling_info=None,
+            tree_cache=types.SimpleNamespace(
+                token_to_kv_pool_allocator=allocator, is_chunk_cache=lambda: True
+            ),
+            req_pool_indices=torch.tensor([1, 0, 2]),
+            req_to_token_pool=types.SimpleNamespace(req_to_token=torch.full((3, 160), -1, dtype=torch.int32)),
+            seq_lens=seq.clone(),
+            seq_lens_cpu=seq.clone(),
+            device="cpu",
+        )
+        block = torch.zeros((bs, depth + 1), dtype=torch.long)
+        block[:, 0] = root
+        out = types.SimpleNamespace(
+            hidden_states=torch.cat([torch.zeros(bs, 1, hidden), hs.view(bs, depth, hidden)], 1)
+        )
+        spec = worker._build_verify_input(
+            batch=batch, draft_logits_output=out, block_ids=block, positions_2d=None, lm_head=lm_head
+        )
+        return spec.draft_token.tolist(), spec.positions.tolist(), spec.custom_mask.tolist()
+
+    calls.clear()
+    through_graphs = verify_input(graphs)
+    calls_through_graphs = list(calls)
+    without = verify_input(None)
+    refusal = step_graphs.step_graphs_refusal
+    cuda = torch.device("cuda", 0)
+    os.environ[step_graphs.STEP_GRAPHS_ENV] = "0"
+    switched_off = refusal(device=cuda, tp_size=1, cuda_graphs=True)
+    os.environ.pop(step_graphs.STEP_GRAPHS_ENV)
+    return {
+        "tokens_equal": bool(torch.equal(tree.tokens, ref.tokens)),
+        "parents_equal": bool(torch.equal(tree.parents, ref.parents)),
+        "mask_equal": bool(torch.equal(tree.mask, ref.mask)),
+        "ids_are_root_then_nodes": bool(
+            torch.equal(ids.view(bs, -1), torch.cat([root[:, None], ref.tokens], 1))
+        ),
+        "positions_are_seq_len_plus_depth": bool(
+            torch.equal(pos.view(bs, -1), seq[:, None] + ref.verify_depth)
+        ),
+        "uncaptured_replay": not_captured,
+        "verify_input_through_graphs_equal": through_graphs == without,
+        "calls_through_graphs": calls_through_graphs,
+        "refusals": {
+            "cpu": refusal(device=torch.device("cpu"), tp_size=1, cuda_graphs=True),
+            "tp2": refusal(device=cuda, tp_size=2, cuda_graphs=True),
+            "no_graphs": refusal(device=cuda, tp_size=1, cuda_graphs=False),
+            "switched_off": switched_off,
+            "cuda_tp1": refusal(device=cuda, tp_size=1, cuda_graphs=True),
+        },
+    }
+
+
 class _GlooTpGroup:
     """Stand-in for SGLang's TP GroupCoordinator on CPU: its all_gather_into_tensor is a CUDA-only custom op;
     this one gathers the same rank-ordered concatenation with torch.distributed (gloo)."""
@@ -935,6 +1070,7 @@ def main() -> None:
         facts["prepare"] = _prepare_facts()
         facts["sampling"] = _sampling_facts()
         facts["topk"] = _topk_facts()
+        facts["tree_stage"] = _tree_stage_facts()
         facts["requests"] = _request_facts()
         facts["batch_invariant"] = _batch_invariant_facts()
         facts["sliding_window"] = _sliding_window_facts(args)

@@ -198,6 +198,180 @@ def _mask_policy_facts() -> dict:
     return facts
 
 
+def _append_worker(block: int, window: int | None, target_r2t: torch.Tensor, draft_r2t: torch.Tensor):
+    """A DFlashWorker (no __init__) with what the KV append reads; the fused write records its arguments."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: F401  (import check)
+    from sglang.srt.speculative.dflash_worker import DFlashWorker
+
+    writes: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    worker = object.__new__(DFlashWorker)
+    worker.__dict__.update(
+        device=torch.device("cpu"),
+        model_runner=types.SimpleNamespace(device=torch.device("cpu")),
+        block_size=block,
+        _block_pos_offsets=torch.arange(block, dtype=torch.int64),
+        draft_window_size=window,
+        use_compact_draft_cache=window is not None,
+        page_size=1,
+        fast_step=True,
+        _use_fused_kv_materialize=True,
+        _fused_kv_helper=object(),
+        _kv_append_graphs=None,
+        _append_max_position=10**6,
+        target_worker=types.SimpleNamespace(
+            model_runner=types.SimpleNamespace(
+                req_to_token_pool=types.SimpleNamespace(req_to_token=target_r2t)
+            )
+        ),
+        draft_model_runner=types.SimpleNamespace(
+            req_to_token_pool=types.SimpleNamespace(req_to_token=draft_r2t)
+        ),
+        draft_model=types.SimpleNamespace(project_target_hidden=lambda h: h * 2.0 + 1.0),
+        _append_target_hidden_fused=lambda hidden, pos, loc, max_position=None: writes.append(
+            (hidden, pos, loc)
+        ),
+    )
+    return worker, writes
+
+
+def _padded_append_facts() -> dict:
+    """Patch ddtree-step-graph's padded KV append (the function its CUDA graph captures, run eagerly here: no
+    graphs on CPU) against the eager append of patch 0008, on the same decode batches: the same (slot ->
+    projected hidden row, position) writes, the padding only to slot 0, the same draft rows and lengths."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    cases = {
+        "three_requests_window": ([1, 4, 2], [9, 70, 33], [2, 0, 1], 4, 16),
+        "one_request": ([3], [50], [1], 4, 64),
+        "no_window_full_blocks": ([4, 4], [4, 12], [0, 2], 4, None),
+    }
+    out = {}
+    gen = torch.Generator().manual_seed(5)
+    for name, (ctx, seq, pools, block, window) in cases.items():
+        bs, total = len(ctx), sum(ctx)
+        target_r2t = torch.randint(1, 10**5, (4, 128), generator=gen, dtype=torch.int32)
+        hidden = torch.randn(total, 6, generator=gen)
+        results = {}
+        for path in ("eager", "padded"):
+            draft_r2t = torch.zeros_like(target_r2t)
+            worker, writes = _append_worker(block, window, target_r2t, draft_r2t)
+            seq_lens = torch.tensor(seq, dtype=torch.int64)
+            if path == "eager":
+                batch = types.SimpleNamespace(
+                    forward_mode=ForwardMode.DECODE,
+                    is_extend_in_batch=False,
+                    batch_size=lambda bs=bs: bs,
+                    req_pool_indices=torch.tensor(pools),
+                    req_to_token_pool=types.SimpleNamespace(req_to_token=target_r2t),
+                    seq_lens=seq_lens,
+                    seq_lens_cpu=seq_lens.clone(),
+                )
+                draft_input = types.SimpleNamespace(
+                    target_hidden=hidden.clone(),
+                    ctx_lens=torch.tensor(ctx, dtype=torch.int32),
+                    draft_seq_lens=torch.zeros(bs, dtype=torch.int32),
+                )
+                worker._append_target_hidden_to_draft_kv(batch, draft_input)
+                lens = draft_input.draft_seq_lens
+            else:
+                padded_hidden = torch.cat([hidden, torch.full((bs * block - total, 6), 99.0)])  # stale rows
+                lens = worker._append_padded(
+                    padded_hidden, torch.tensor(ctx, dtype=torch.int32), seq_lens, torch.tensor(pools)
+                )
+            ((rows, positions, locs),) = writes
+            placed = {
+                int(loc): (rows[i].tolist(), int(positions[i]))
+                for i, loc in enumerate(locs.tolist())
+                if loc != 0
+            }
+            results[path] = {
+                "placed": placed,
+                "writes": int(locs.numel()),
+                "padding_to_slot_0": int((locs == 0).sum()),
+                "lens": lens.tolist(),
+                "draft_rows": draft_r2t.tolist(),
+            }
+        eager, padded = results["eager"], results["padded"]
+        out[name] = {
+            "same_placement": eager["placed"] == padded["placed"],
+            "placed": len(eager["placed"]),
+            "total_ctx": total,
+            "eager_writes": eager["writes"],
+            "padded_writes": padded["writes"],
+            "padding_to_slot_0": padded["padding_to_slot_0"],
+            "same_lens": eager["lens"] == padded["lens"],
+            "same_draft_rows": eager["draft_rows"] == padded["draft_rows"],
+        }
+    return out
+
+
+def _append_routing_facts() -> dict:
+    """_append_target_hidden_to_draft_kv replays the captured append in the decode loop (after a verify, in
+    TARGET_VERIFY mode; before a draft, DECODE) and runs a prefill's (EXTEND) eagerly. The capture is a
+    stand-in (CUDA graphs cannot run on CPU): a "replay" runs the padded append over the input buffers."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.speculative.step_graphs import BatchGraphs, GraphInput
+
+    gen = torch.Generator().manual_seed(6)
+    target_r2t = torch.randint(1, 10**5, (4, 128), generator=gen, dtype=torch.int32)
+    hidden = torch.randn(5, 6, generator=gen)
+    out = {}
+    for mode in (ForwardMode.TARGET_VERIFY, ForwardMode.DECODE, ForwardMode.EXTEND):
+        worker, writes = _append_worker(4, 16, target_r2t, torch.zeros_like(target_r2t))
+        graphs = BatchGraphs(
+            "append",
+            worker._append_padded,
+            batch_sizes=[2],
+            inputs=[
+                GraphInput(4, (6,), torch.float32),
+                GraphInput(1, (), torch.int32),
+                GraphInput(1, (), torch.int64),
+                GraphInput(1, (), torch.int64),
+            ],
+            device=torch.device("cpu"),
+        )
+        views, lens_out, replays = graphs._views(2), torch.zeros(2, dtype=torch.int32), []
+
+        def stand_in_replay(views=views, lens_out=lens_out, replays=replays, worker=worker) -> None:
+            replays.append(1)
+            lens_out.copy_(worker._append_padded(*views))
+
+        graphs.graphs[2] = types.SimpleNamespace(
+            graph=types.SimpleNamespace(replay=stand_in_replay), output=lens_out
+        )
+        rope = torch.zeros(8, 2)
+        worker.__dict__.update(
+            _kv_append_graphs=graphs,
+            _fused_kv_helper=types.SimpleNamespace(rotary_emb=types.SimpleNamespace(cos_sin_cache=rope)),
+            _append_rope_ptr=rope.data_ptr(),
+        )
+        seq_lens = torch.tensor([40, 9], dtype=torch.int64)
+        batch = types.SimpleNamespace(
+            forward_mode=mode,
+            is_extend_in_batch=False,
+            batch_size=lambda: 2,
+            req_pool_indices=torch.tensor([3, 1]),
+            req_to_token_pool=types.SimpleNamespace(req_to_token=target_r2t),
+            seq_lens=seq_lens,
+            seq_lens_cpu=seq_lens.clone(),
+        )
+        draft_input = types.SimpleNamespace(
+            target_hidden=hidden.clone(),
+            ctx_lens=torch.tensor([3, 2], dtype=torch.int32),
+            draft_seq_lens=torch.zeros(2, dtype=torch.int32),
+        )
+        worker._append_target_hidden_to_draft_kv(batch, draft_input)
+        out[mode.name] = {
+            "replays": len(replays),
+            "lens": draft_input.draft_seq_lens.tolist(),
+            "lens_not_the_graph_output": draft_input.draft_seq_lens.data_ptr() != lens_out.data_ptr(),
+            "ctx_lens_zeroed": draft_input.ctx_lens.tolist() == [0, 0],
+            "hidden_emptied": int(draft_input.target_hidden.shape[0]) == 0,
+            "committed_rows_written": sum(int((loc != 0).sum()) for _, _, loc in writes),
+        }
+    return out
+
+
 def main() -> None:
     facts: dict = {}
     try:
@@ -207,6 +381,8 @@ def main() -> None:
         facts["indices"] = _path_indices_facts()
         facts["mask_policy"] = _mask_policy_facts()
         facts["tree_mask"] = _tree_mask_facts()
+        facts["padded_append"] = _padded_append_facts()
+        facts["append_routing"] = _append_routing_facts()
     except Exception:
         facts["probe_error"] = traceback.format_exc()
     print("DFLASH-STEP-PROBE " + json.dumps(facts))

@@ -348,6 +348,23 @@ def test_vocab_parallel_topk_matches_full_log_softmax(facts: dict) -> None:
     assert facts["topk"]["one_chunk_dtypes"] == ["torch.float32", "torch.int64"]
 
 
+def test_tree_stage_equals_the_reference_and_routes_through_its_graphs(facts: dict) -> None:
+    """Patch ddtree-step-graph on CPU: the stage it captures is the reference tree path, the worker replays
+    the graphs object for it (a stand-in capture here: no CUDA graphs on CPU;
+    tests/gpu/test_tree_stage_graph_gpu.py replays real ones), and each case that must stay eager says why."""
+    t = facts["tree_stage"]
+    for name in ("tokens_equal", "parents_equal", "mask_equal", "ids_are_root_then_nodes"):
+        assert t[name] is True, name
+    assert t["positions_are_seq_len_plus_depth"] is True
+    assert t["uncaptured_replay"] is None
+    assert t["verify_input_through_graphs_equal"] is True
+    assert t["calls_through_graphs"] == ["replay"]
+    r = t["refusals"]
+    assert "cpu" in r["cpu"] and "tensor parallel size 2" in r["tp2"]
+    assert "disabled" in r["no_graphs"] and "SGLANG_DFLASH_STEP_GRAPHS=0" in r["switched_off"]
+    assert r["cuda_tp1"] is None
+
+
 def test_vocab_parallel_topk_merges_across_two_tp_ranks(facts: dict) -> None:
     """Two CPU processes (gloo) each holding half the LM head: both build the same full-vocab top-k."""
     tp = facts["topk_tp2"]

@@ -84,3 +84,29 @@ def test_tree_mask_kernel_equals_the_flat_mask_of_ddtree_utils(facts: dict, case
     got = facts["tree_mask"][case]
     assert got["dtype"] == "torch.bool"
     assert got["equal"], f"{case}: the kernel's flat mask differs from flatten_verify_mask's"
+
+
+@pytest.mark.parametrize("case", ["three_requests_window", "one_request", "no_window_full_blocks"])
+def test_padded_kv_append_writes_what_the_eager_append_writes(facts: dict, case: str) -> None:
+    """Patch ddtree-step-graph: the KV append its CUDA graph captures (run eagerly on CPU, the replay is
+    checked on the device) places every committed row where the eager append does, sends only the padding to
+    slot 0, and leaves the same compact draft rows and lengths."""
+    got = facts["padded_append"][case]
+    assert got["same_placement"], got
+    assert got["placed"] == got["total_ctx"] == got["eager_writes"]
+    assert got["padded_writes"] - got["padding_to_slot_0"] == got["total_ctx"]
+    assert got["same_lens"] and got["same_draft_rows"]
+
+
+def test_the_decode_loops_kv_append_replays_its_graph_and_a_prefills_does_not(facts: dict) -> None:
+    """Patch ddtree-step-graph's routing (a stand-in capture on CPU): the append after a verify
+    (TARGET_VERIFY) and before a draft (DECODE) replays the graph, a prefill's (EXTEND) runs eagerly; all
+    three leave the same draft lengths (a copy, not the graph's output, which the next replay rewrites) and
+    consume the rows."""
+    got = facts["append_routing"]
+    assert [got[m]["replays"] for m in ("TARGET_VERIFY", "DECODE", "EXTEND")] == [1, 1, 0]
+    assert got["TARGET_VERIFY"]["lens"] == got["DECODE"]["lens"] == got["EXTEND"]["lens"] == [16, 9]
+    for mode in ("TARGET_VERIFY", "DECODE", "EXTEND"):
+        assert got[mode]["ctx_lens_zeroed"] and got[mode]["hidden_emptied"], mode
+        assert got[mode]["committed_rows_written"] == 5, mode
+    assert got["TARGET_VERIFY"]["lens_not_the_graph_output"] is True
