@@ -34,7 +34,9 @@
 #   9. verify (not in `all`): tests/gpu/test_verify_attention_gpu.py (the split-KV target-verify attention of
 #      patch ddtree-splitkv-verify vs extend_attention_fwd and torch, graph replay, no sync, the timing table;
 #      under 2 minutes) and benchmarks/verify_attention_bench.py (contexts 256..32768 x bs 1/8/32, pair
-#      shapes, $OUT/verify_attention_bench.json; about 1-2 minutes).
+#      shapes, $OUT/verify_attention_bench.json; about 1-2 minutes), then benchmarks/verify_metadata_bench.py
+#      (patch ddtree-verify-metadata: host time of the target-verify replay metadata, torch ops vs one launch,
+#      bs 1/8/32/64 x context 256/4096, $OUT/verify_metadata_bench.json; under a minute).
 #  10. secrets (tests/gpu/secrets_tiny.py, not in `all`): `ddtree serve` (user key from a file, admin key after
 #      --, HF_TOKEN set) and `ddtree router` (when sglang-router is installed) on the tiny models; the keys must
 #      be enforced, and no key or token may show in /server_info, /get_server_info, any process's cmdline or
@@ -127,6 +129,8 @@ if wants verify; then
   rc=$((rc | PIPESTATUS[0]))
   python3 benchmarks/verify_attention_bench.py --splits 4 8 16 32 64 --json "$OUT/verify_attention_bench.json" | tail -60
   rc=$((rc | PIPESTATUS[0]))
+  python3 benchmarks/verify_metadata_bench.py --sglang /tmp/site --json "$OUT/verify_metadata_bench.json"
+  rc=$((rc | $?))
   echo "verify: $((SECONDS - t)) s"
 fi
 exit $rc

@@ -622,6 +622,7 @@ def test_mode_variants_serve_with_their_switch_and_the_same_settings(monkeypatch
     from benchmarks.pair import serve_bench
 
     monkeypatch.delenv("SGLANG_DFLASH_FAST_STEP", raising=False)
+    monkeypatch.delenv("SGLANG_DDTREE_FAST_METADATA", raising=False)
     monkeypatch.setenv("SGLANG_DDTREE_SPLITKV_VERIFY", "1")  # a stray shell setting must not leak in
     monkeypatch.delenv("SGLANG_DFLASH_STEP_GRAPHS", raising=False)
     assert serve_bench.server_settings("ddtree-16@upstream") == serve_bench.server_settings("ddtree-16")
@@ -635,13 +636,18 @@ def test_mode_variants_serve_with_their_switch_and_the_same_settings(monkeypatch
     with serve_bench.step_environment("dflash"):
         assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "1"
         assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "0"
+        assert os.environ["SGLANG_DDTREE_FAST_METADATA"] == "1"
         assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "1"
     with serve_bench.step_environment("ddtree-16@eager"):
         assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "0"
         assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "0"
+    with serve_bench.step_environment("ddtree-16@torchmeta"):
+        assert os.environ["SGLANG_DDTREE_FAST_METADATA"] == "0"
+        assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "1"
     assert "SGLANG_DFLASH_FAST_STEP" not in os.environ
+    assert "SGLANG_DDTREE_FAST_METADATA" not in os.environ
     assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "1"
-    with pytest.raises(ValueError, match=r"@fast.*known: eager, splitkv, upstream"):
+    with pytest.raises(ValueError, match=r"@fast.*known: eager, splitkv, torchmeta, upstream"):
         serve_bench.server_settings("ddtree-16@fast")
 
 
