@@ -7,7 +7,10 @@
 # Every job's output lands in $OUT/queue/JOB.log, and one line per job in $OUT/queue/status.txt
 # ("JOB: exit N after S s" or "JOB: skipped ..."); a job that would start after $DEADLINE seconds of the
 # queue is skipped and said so, so the last call can pack what finished; a job running past $JOB_TIMEOUT
-# seconds (default 480) is stopped (exit 124).
+# seconds (default 900: a first smoke of a sitting starts three cold servers, about 190 s for the first) is
+# stopped (exit 124), and every SGLang server a job leaves running is stopped before the next job starts
+# (they run in their own sessions, out of `timeout`'s reach; on 2026-12-01 one left by a timed-out smoke
+# shared the GPU and the CPU with the next profile).
 #
 #   smoke           the pro6000 smoke (baseline, DFLASH, DDTREE) as served by default
 #   smoke-splitkv   the pro6000 smoke (baseline, DFLASH, DDTREE) with the split-KV verify on (issue 26)
@@ -41,7 +44,7 @@ begin=$SECONDS
 
 # run_job JOB: the job's command, stopped after $JOB_TIMEOUT seconds (a hung server must not hold the queue).
 run_job() {
-  local limit=${JOB_TIMEOUT:-480}
+  local limit=${JOB_TIMEOUT:-900}
   case $1 in
     smoke) timeout "$limit" env OUT="$OUT/smoke" bash tests/gpu/device_ddtree.sh smoke ;;
     smoke-splitkv) timeout "$limit" env SGLANG_DDTREE_SPLITKV_VERIFY=1 OUT="$OUT/smoke-splitkv" \
@@ -61,6 +64,16 @@ run_job() {
   esac
 }
 
+# reap_servers JOB: stop the SGLang servers (and their scheduler/detokenizer processes) JOB left behind.
+reap_servers() {
+  local pattern=${SERVER_PATTERN:-sglang[.]launch_server|sglang::}
+  pgrep -f "$pattern" > /dev/null || return 0
+  pkill -TERM -f "$pattern"
+  sleep "${REAP_GRACE:-5}"
+  pkill -KILL -f "$pattern"
+  echo "$1: stopped the servers it left running" >> "$status"
+}
+
 for job in "$@"; do
   if [[ $TIMING_JOBS == *" $job "* ]]; then
     while [[ ! -f $TRAIN_DONE ]] && ((SECONDS - begin < DEADLINE)); do sleep 5; done
@@ -77,5 +90,6 @@ for job in "$@"; do
   t=$SECONDS
   run_job "$job" > "$OUT/queue/$job.log" 2>&1
   echo "$job: exit $? after $((SECONDS - t)) s (queue at $((SECONDS - begin)) s)" >> "$status"
+  reap_servers "$job"
 done
 echo "queue: done after $((SECONDS - begin)) s" >> "$status"

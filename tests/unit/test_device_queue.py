@@ -41,6 +41,23 @@ def test_jobs_past_the_deadline_and_timing_jobs_without_a_pair_are_skipped_and_s
     assert "mla: skipped, past the queue's 0 s deadline" in status
 
 
+def test_servers_a_job_leaves_running_are_stopped_before_the_next_job(tmp_path: Path) -> None:
+    """A stand-in "server" (a sleep named like one) outlives the job; the queue stops it and says so. The job
+    itself (core-bench) fails at once here (no GPU): what is checked is what happens after it."""
+    (tmp_path / "train.done").write_text("0\n")
+    marker = f"ddtree-fake-server-{os.getpid()}"
+    server = subprocess.Popen(["bash", "-c", f"exec -a {marker} sleep 120"], start_new_session=True)
+    try:
+        done = run_queue(tmp_path, "core-bench", SERVER_PATTERN=marker, REAP_GRACE="0", JOB_TIMEOUT="20")
+        assert done.returncode == 0, done.stderr
+        assert server.wait(timeout=10) != 0  # killed, not finished
+        status = (tmp_path / "out" / "queue" / "status.txt").read_text()
+        assert "core-bench: stopped the servers it left running" in status
+    finally:
+        if server.poll() is None:
+            server.kill()
+
+
 def test_a_packed_pair_unpacks_byte_for_byte_and_a_damaged_part_is_refused(tmp_path: Path) -> None:
     """device_pair.sh pack-pair / unpack-pair (the pair kept between sittings) on a small stand-in folder."""
     script = QUEUE.parent / "device_pair.sh"
