@@ -13,6 +13,8 @@
 # shared the GPU and the CPU with the next profile).
 #
 #   smoke           the pro6000 smoke (baseline, DFLASH, DDTREE) as served by default
+#   smoke-graphs    the pro6000 smoke with the opt-in fast step on (step CUDA graphs + verify metadata kernel)
+#   stress-graphs   the stress with the same switches on
 #   smoke-splitkv   the pro6000 smoke (baseline, DFLASH, DDTREE) with the split-KV verify on (issue 26)
 #   stress-splitkv  the stress (retraction, aborts, stops, request options) with the split-KV verify on
 #   secrets         secrets_tiny.py: keys enforced, none shown anywhere (issue 29)
@@ -28,13 +30,13 @@ set -u
 export PYTHONPATH=$PWD/entrypoint:$PWD:/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out} PAIR=${PAIR:-/tmp/pair} RUNS=${RUNS:-/tmp/runs}
 TRAIN_DONE=${TRAIN_DONE:-/tmp/train.done} DEADLINE=${DEADLINE:-1200}
-PROFILE_MODES=${PROFILE_MODES:-ddtree-16,ddtree-16@splitkv,none}
+PROFILE_MODES=${PROFILE_MODES:-ddtree-16,ddtree-16@graphs,dflash,dflash@graphs,none}
 PROFILE_CONTEXTS=${PROFILE_CONTEXTS:-256,4096}
 TIMING_JOBS=" stacks profile options core-bench "
 for job in "$@"; do
   case $job in
-    smoke | smoke-splitkv | stress-splitkv | secrets | mla | tree-graph | stacks | profile | options | core-bench) ;;
-    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-splitkv stress-splitkv secrets mla tree-graph stacks profile options core-bench)" >&2
+    smoke | smoke-graphs | stress-graphs | smoke-splitkv | stress-splitkv | secrets | mla | tree-graph | stacks | profile | options | core-bench) ;;
+    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-splitkv stress-splitkv secrets mla tree-graph stacks profile options core-bench)" >&2
        exit 2 ;;
   esac
 done
@@ -47,6 +49,10 @@ run_job() {
   local limit=${JOB_TIMEOUT:-900}
   case $1 in
     smoke) timeout "$limit" env OUT="$OUT/smoke" bash tests/gpu/device_ddtree.sh smoke ;;
+    smoke-graphs) timeout "$limit" env SGLANG_DFLASH_STEP_GRAPHS=1 SGLANG_DDTREE_FAST_METADATA=1 \
+                    OUT="$OUT/smoke-graphs" bash tests/gpu/device_ddtree.sh smoke ;;
+    stress-graphs) timeout "$limit" env SGLANG_DFLASH_STEP_GRAPHS=1 SGLANG_DDTREE_FAST_METADATA=1 \
+                     OUT="$OUT/stress-graphs" bash tests/gpu/device_ddtree.sh stress ;;
     smoke-splitkv) timeout "$limit" env SGLANG_DDTREE_SPLITKV_VERIFY=1 OUT="$OUT/smoke-splitkv" \
                      bash tests/gpu/device_ddtree.sh smoke ;;
     stress-splitkv) timeout "$limit" env SGLANG_DDTREE_SPLITKV_VERIFY=1 OUT="$OUT/stress-splitkv" \

@@ -847,10 +847,11 @@ def _tree_stage_facts() -> dict:
     without = verify_input(None)
     refusal = step_graphs.step_graphs_refusal
     cuda = torch.device("cuda", 0)
+    unset = refusal(device=cuda, tp_size=1, cuda_graphs=True)  # opt-in: off unless set
     os.environ[step_graphs.STEP_GRAPHS_ENV] = "0"
     switched_off = refusal(device=cuda, tp_size=1, cuda_graphs=True)
-    os.environ.pop(step_graphs.STEP_GRAPHS_ENV)
-    return {
+    os.environ[step_graphs.STEP_GRAPHS_ENV] = "1"
+    facts = {
         "tokens_equal": bool(torch.equal(tree.tokens, ref.tokens)),
         "parents_equal": bool(torch.equal(tree.parents, ref.parents)),
         "mask_equal": bool(torch.equal(tree.mask, ref.mask)),
@@ -869,8 +870,11 @@ def _tree_stage_facts() -> dict:
             "no_graphs": refusal(device=cuda, tp_size=1, cuda_graphs=False),
             "switched_off": switched_off,
             "cuda_tp1": refusal(device=cuda, tp_size=1, cuda_graphs=True),
+            "unset": unset,
         },
     }
+    os.environ.pop(step_graphs.STEP_GRAPHS_ENV)
+    return facts
 
 
 class _GlooTpGroup:

@@ -633,21 +633,23 @@ def test_mode_variants_serve_with_their_switch_and_the_same_settings(monkeypatch
     with serve_bench.step_environment("ddtree-16@splitkv"):
         assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "1"
         assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "1"
-    with serve_bench.step_environment("dflash"):
+    with serve_bench.step_environment("dflash"):  # the served defaults: the opt-in switches off
         assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "1"
         assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "0"
-        assert os.environ["SGLANG_DDTREE_FAST_METADATA"] == "1"
-        assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "1"
-    with serve_bench.step_environment("ddtree-16@eager"):
-        assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "0"
-        assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "0"
-    with serve_bench.step_environment("ddtree-16@torchmeta"):
         assert os.environ["SGLANG_DDTREE_FAST_METADATA"] == "0"
+        assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "0"
+    with serve_bench.step_environment("ddtree-16@graphs"):
+        assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "1"
+        assert os.environ["SGLANG_DDTREE_FAST_METADATA"] == "1"
+        assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "0"
+    with serve_bench.step_environment("ddtree-16@meta"):
+        assert os.environ["SGLANG_DDTREE_FAST_METADATA"] == "1"
+        assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "0"
         assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "1"
     assert "SGLANG_DFLASH_FAST_STEP" not in os.environ
     assert "SGLANG_DDTREE_FAST_METADATA" not in os.environ
     assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "1"
-    with pytest.raises(ValueError, match=r"@fast.*known: eager, splitkv, torchmeta, upstream"):
+    with pytest.raises(ValueError, match=r"@fast.*known: graphs, meta, splitkv, upstream"):
         serve_bench.server_settings("ddtree-16@fast")
 
 

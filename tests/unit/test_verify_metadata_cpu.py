@@ -44,10 +44,11 @@ def test_the_switch_and_a_sliding_window_choose_the_path(facts: dict) -> None:
     assert facts["routing"] == {"on": True, "off": False, "on_window": False, "on_window_off": True}
 
 
-def test_the_switch_defaults_on_and_zero_turns_it_off(facts: dict) -> None:
+def test_the_switch_is_opt_in(facts: dict) -> None:
+    """Off unless set (until the smoke and the stress pass with it on a GPU)."""
     env = facts["env"]
     assert env.pop("name") == "SGLANG_DDTREE_FAST_METADATA"
-    assert env == {"unset": True, "0": False, "1": True, "false": False, "true": True}
+    assert env == {"unset": False, "0": False, "1": True, "false": False, "true": True}
 
 
 COMPILE = r"""
