@@ -15,6 +15,7 @@
 #   smoke           the pro6000 smoke (baseline, DFLASH, DDTREE) as served by default
 #   smoke-graphs    the pro6000 smoke with the opt-in fast step on (step CUDA graphs + verify metadata kernel)
 #   stress-graphs   the stress with the same switches on
+#   smoke-graphs-tp2  the smoke at TP 2 with the fast step and its TP capture on (a two-GPU machine)
 #   smoke-splitkv   the pro6000 smoke (baseline, DFLASH, DDTREE) with the split-KV verify on (issue 26)
 #   stress-splitkv  the stress (retraction, aborts, stops, request options) with the split-KV verify on
 #   secrets         secrets_tiny.py: keys enforced, none shown anywhere (issue 29)
@@ -35,8 +36,8 @@ PROFILE_CONTEXTS=${PROFILE_CONTEXTS:-256,4096}
 TIMING_JOBS=" stacks profile options core-bench "
 for job in "$@"; do
   case $job in
-    smoke | smoke-graphs | stress-graphs | smoke-splitkv | stress-splitkv | secrets | mla | tree-graph | stacks | profile | options | core-bench) ;;
-    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-splitkv stress-splitkv secrets mla tree-graph stacks profile options core-bench)" >&2
+    smoke | smoke-graphs | stress-graphs | smoke-graphs-tp2 | smoke-splitkv | stress-splitkv | secrets | mla | tree-graph | stacks | profile | options | core-bench) ;;
+    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv secrets mla tree-graph stacks profile options core-bench)" >&2
        exit 2 ;;
   esac
 done
@@ -53,6 +54,8 @@ run_job() {
                     OUT="$OUT/smoke-graphs" bash tests/gpu/device_ddtree.sh smoke ;;
     stress-graphs) timeout "$limit" env SGLANG_DFLASH_STEP_GRAPHS=1 SGLANG_DDTREE_FAST_METADATA=1 \
                      OUT="$OUT/stress-graphs" bash tests/gpu/device_ddtree.sh stress ;;
+    smoke-graphs-tp2) timeout "$limit" env SMOKE_TP=2 SGLANG_DFLASH_STEP_GRAPHS=1 SGLANG_DFLASH_STEP_GRAPHS_TP=1 \
+                        SGLANG_DDTREE_FAST_METADATA=1 OUT="$OUT/smoke-graphs-tp2" bash tests/gpu/device_ddtree.sh smoke ;;
     smoke-splitkv) timeout "$limit" env SGLANG_DDTREE_SPLITKV_VERIFY=1 OUT="$OUT/smoke-splitkv" \
                      bash tests/gpu/device_ddtree.sh smoke ;;
     stress-splitkv) timeout "$limit" env SGLANG_DDTREE_SPLITKV_VERIFY=1 OUT="$OUT/stress-splitkv" \

@@ -119,3 +119,38 @@ def test_print_host_time_eager_vs_replay(captured) -> None:
     print("\ntree stage, us per call (host + GPU, synchronised every 200 calls): bs, eager, replay, ratio")
     for bs, eager, replay in rows:
         print(f"  bs {bs:3d}  eager {eager:8.1f}  replay {replay:8.1f}  {eager / replay:5.2f}x")
+
+
+def test_a_capture_context_supplies_the_capture_stream() -> None:
+    """The path TP > 1 takes (SGLang's graph_capture yields the stream to capture on), here with a plain
+    stream on one GPU: the graphs captured on it replay the eager stage all the same."""
+    import contextlib
+
+    worker = make_worker()
+    streams: list = []
+
+    @contextlib.contextmanager
+    def context():
+        streams.append(torch.cuda.Stream())
+        yield types.SimpleNamespace(stream=streams[-1])
+
+    graphs = step_graphs.BatchGraphs(
+        "tree stage",
+        worker._tree_stage,
+        batch_sizes=(2,),
+        inputs=[
+            step_graphs.GraphInput(DEPTH, (HIDDEN,), torch.bfloat16),
+            step_graphs.GraphInput(1, (), torch.long),
+            step_graphs.GraphInput(1, (), torch.long),
+        ],
+        device=torch.device("cuda"),
+        capture_context=context,
+    )
+    with torch.no_grad():
+        assert graphs.capture_all() == 1, graphs.failed
+        hidden, root, seq_lens = inputs(2, 11)
+        _, ids, pos = worker._tree_stage(hidden, root, seq_lens)
+        ids, pos = ids.clone(), pos.clone()
+        _, g_ids, g_pos = graphs.replay(2, hidden, root, seq_lens)
+    assert len(streams) == 1
+    assert torch.equal(g_ids, ids) and torch.equal(g_pos, pos)

@@ -851,6 +851,9 @@ def _tree_stage_facts() -> dict:
     os.environ[step_graphs.STEP_GRAPHS_ENV] = "0"
     switched_off = refusal(device=cuda, tp_size=1, cuda_graphs=True)
     os.environ[step_graphs.STEP_GRAPHS_ENV] = "1"
+    os.environ[step_graphs.STEP_GRAPHS_TP_ENV] = "1"
+    tp2_opted_in = refusal(device=cuda, tp_size=2, cuda_graphs=True)
+    os.environ.pop(step_graphs.STEP_GRAPHS_TP_ENV)
     facts = {
         "tokens_equal": bool(torch.equal(tree.tokens, ref.tokens)),
         "parents_equal": bool(torch.equal(tree.parents, ref.parents)),
@@ -867,6 +870,9 @@ def _tree_stage_facts() -> dict:
         "refusals": {
             "cpu": refusal(device=torch.device("cpu"), tp_size=1, cuda_graphs=True),
             "tp2": refusal(device=cuda, tp_size=2, cuda_graphs=True),
+            "tp2_opted_in": tp2_opted_in,
+            "tp1_context": step_graphs.tp_capture_context(1),
+            "tp2_context": getattr(step_graphs.tp_capture_context(2), "__name__", None),
             "no_graphs": refusal(device=cuda, tp_size=1, cuda_graphs=False),
             "switched_off": switched_off,
             "cuda_tp1": refusal(device=cuda, tp_size=1, cuda_graphs=True),
