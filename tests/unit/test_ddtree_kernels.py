@@ -515,10 +515,11 @@ def test_radix_search_cut_equals_the_reference_in_every_filter_combination(searc
 
 def test_radix_search_cases_cut_deep_and_across_tiles(search_results: dict) -> None:
     """The cases reach what the search must get right: cuts inside the run of thousands of equal tokens
-    (kept sizes between the few high tokens and the whole row) and positional cuts whose last kept tie lies
-    in the second tile."""
-    flat_sizes = set(search_results["flat:top_p"]["kept_sizes"])
+    (positional: kept sizes between the few high tokens and the whole row; flashinfer's rule: the whole
+    run or none of it) and positional cuts whose last kept tie lies in the second tile."""
+    flat_sizes = set(search_results["flat:top_p:positional"]["kept_sizes"])
     assert any(5 < size < 4500 for size in flat_sizes), flat_sizes
+    assert {5, 4500} <= set(search_results["flat:top_p"]["kept_sizes"]), search_results["flat:top_p"]
     positional = search_results["flat:top_k:positional"]
     assert positional["second_tile_cut"] >= 2, positional
     assert len(search_results["spread:top_k+top_p+min_p"]["kept_sizes"]) >= 4
