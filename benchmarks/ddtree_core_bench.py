@@ -14,7 +14,7 @@ Columns (microseconds per step, CUDA events; eager includes the host's launch ti
   s_topp   the same with top-p 0.95 (Kimi K2.6's usual setting)
   s_kpm    the same with top-k 40, top-p 0.9, min-p 0.05, top-p after top-k (flashinfer's min-p order)
   s%bw     s_topp's roofline: the verify logits read once / s_topp, as % of --bandwidth-gbs
-  search%  rows of s_topp whose cut needed the bisection (the slow path) instead of the candidate sort
+  search%  rows of s_topp whose cut needed the radix search (the slow path) instead of the candidate sort
   s_torch  s_topp on the torch path (SGLANG_DDTREE_TRITON_SAMPLING=0: sampling_cut in chunks of rows, then
            only the nodes' and the last rows' probabilities)
   s_ref    the torch reference of s_topp (sampling_target_probs' sort + verify_sampling), '-' when its

@@ -42,7 +42,7 @@ from ddtree.fsutil import atomic_write
 
 DDTREE_KERNEL = re.compile(
     r"_tile_topk|_merge_topk|_score_kernel|_rank_kernel|_tree_rows|_verify_greedy|filter_rows|verify_sampling"
-    r"|_sample|_walk|_bonus"
+    r"|_sample|_radix|_walk|_bonus"
 )
 STEP_SPAN = re.compile(r"^step\[(?P<mode>[A-Z_]+) bs=(?P<bs>\d+)")
 # Rows measured on the same server without the profiler (unprofiled_step_ms), after the profiled split.

@@ -302,6 +302,46 @@ def test_a_sampling_kernel_failing_at_warm_up_switches_the_triton_sampling_path_
         assert torch.equal(g, w)
 
 
+@pytest.mark.parametrize("keep_ties", [True, False], ids=["flashinfer-rule", "pytorch-rule"])
+@pytest.mark.parametrize("inputs", ["bf16-ties", "flat-tail"])
+def test_radix_search_cut_equals_the_reference(du: ModuleType, inputs: str, keep_ties: bool) -> None:
+    """The cut the candidates leave open (a cap of 8, a floor of 0.5: nearly every row searched), found by the
+    radix search on the Kimi vocabulary in every filter combination, equals sampling_cut's sort: the same
+    cut key and index (so the same kept tokens, ties included) on bf16-rounded logits and on a tail of
+    160k equal tokens; the kept mass to float32 rounding."""
+    kernels = du._kernels()
+    assert kernels is not None
+    bs, size, vocab = 4, 9, 163840
+    _, logits, _, _, _ = sampling_inputs(bs, size - 1, vocab, seed=60, tied=True)
+    if inputs == "flat-tail":  # every token but the 64 raised ones ties: cuts inside a run of ~160k ties
+        logits = torch.where(logits > 8.0, logits, torch.zeros_like(logits))
+    temps = torch.tensor([1.0, 0.8, 1.3, 0.6], device=DEVICE)
+    on = {
+        "top_ks": torch.tensor([1, 40, 100000, 1 << 30], dtype=torch.int32, device=DEVICE),
+        "top_ps": torch.tensor([0.3, 0.9, 0.95, 0.999], device=DEVICE),
+        "min_ps": torch.tensor([0.0, 0.05, 1e-6, 1e-3], device=DEVICE),
+    }
+    searched = 0
+    for name, filters in du.sampling_variants(bs, DEVICE).items():
+        if name == "temperature":
+            continue
+        chosen = {key: None if filters[key] is None else on[key] for key in on}
+        renorm = filters["top_p_after_top_k"]
+        got = kernels.filter_rows(logits, temps, chosen["top_ks"], chosen["top_ps"], chosen["min_ps"], size,
+                                  top_p_after_top_k=renorm, keep_ties=keep_ties, candidate_cap=8,
+                                  candidate_floor=0.5)  # fmt: skip
+        rows = {
+            key: None if value is None else value.repeat_interleave(size) for key, value in chosen.items()
+        }
+        want = du.sampling_cut(logits, temps.repeat_interleave(size), rows["top_ks"], rows["top_ps"],
+                               rows["min_ps"], top_p_after_top_k=renorm, keep_ties=keep_ties)  # fmt: skip
+        for key in ("cut_key", "cut_idx", "row_max"):
+            assert torch.equal(got[key], want[key]), (name, key, got[key], want[key])
+        assert torch.allclose(got["kept_mass"], want["kept_mass"], rtol=1e-5), name
+        searched += int(got["searched"].sum())
+    assert searched >= 8 * bs * size // 2, searched
+
+
 @pytest.mark.parametrize("switch", ["1", "0"], ids=["triton", "torch"])
 def test_sampled_verify_extra_memory_is_bounded(
     du: ModuleType, monkeypatch: pytest.MonkeyPatch, switch: str

@@ -438,6 +438,93 @@ def test_sampling_verify_cases_accept_many_draft_nodes(sampling_results: dict) -
     assert sum(accepted) >= 30, f"the cases barely exercise acceptance: {accepted}"
 
 
+SEARCH_CHECK = r"""
+import itertools, json, torch
+from ddt import ddtree_kernels as dk, ddtree_utils as du
+
+gen = torch.Generator().manual_seed(11)
+n, vocab = 2, 4500  # two tiles (4096 + 404): a positional cut's tie can lie in either
+params = {  # per request: which filter binds differs from row to row
+    "top_k": torch.tensor([1, 3, 4300, 2000, 1 << 30, 4400]),
+    "top_p": torch.tensor([0.3, 0.9, 0.97, 0.5, 0.999, 0.99]),
+    "min_p": torch.tensor([0.0, 0.5, 1e-4, 0.3, 0.0, 2e-3]),
+}
+temps = torch.tensor([1.0, 0.8, 1.0, 1.5, 1.0, 0.6])
+flat = torch.zeros(6 * n, vocab)  # many tokens of tiny equal mass: the cut inside a run of thousands of ties
+flat.scatter_(1, torch.randint(0, vocab, (6 * n, 5), generator=gen), 6.0)
+logits = {
+    "flat": flat,
+    "ties": (torch.randn(6 * n, vocab, generator=gen) * 3).to(torch.bfloat16).float().round(),
+    "spread": torch.randn(6 * n, vocab, generator=gen) * 2,  # distinct keys: all eight digits decide
+}
+names = ("top_k", "top_p", "min_p")
+combos = [c for r in (1, 2, 3) for c in itertools.combinations(names, r)]
+result = {}
+for which, x in logits.items():
+    for on in combos if which != "spread" else [names]:
+        for renorm in (False, True) if {"top_k", "top_p"} <= set(on) else (False,):
+            for keep_ties in (True, False):
+                chosen = [params[f] if f in on else None for f in names]
+                rows = [None if v is None else v.repeat_interleave(n) for v in chosen]
+                want = du.sampling_target_probs(x, temps.repeat_interleave(n), *rows,
+                                                top_p_after_top_k=renorm, keep_ties=keep_ties)
+                # a cap of 8 and a floor of 0.5: the candidates rarely decide, the radix search does
+                cut = dk.filter_rows(x, temps, *chosen, n, top_p_after_top_k=renorm, keep_ties=keep_ties,
+                                     candidate_cap=8, candidate_floor=0.5)
+                z = x / temps.repeat_interleave(n).unsqueeze(1)
+                key = du._float_key(z)
+                index = torch.arange(vocab).unsqueeze(0)
+                kept = (key > cut["cut_key"].unsqueeze(1)) | (
+                    (key == cut["cut_key"].unsqueeze(1)) & (index <= cut["cut_idx"].unsqueeze(1)))
+                probs = torch.where(kept, torch.exp(z - cut["row_max"].unsqueeze(1))
+                                    / cut["kept_mass"].unsqueeze(1), 0.0)
+                searched = cut["searched"] != 0
+                name = f"{which}:{'+'.join(on)}" + (":renorm" if renorm else "")
+                result[name + ("" if keep_ties else ":positional")] = {
+                    "same_kept": torch.equal(kept, want > 0),
+                    "probs_close": bool(torch.allclose(probs, want, rtol=1e-5, atol=1e-7)),
+                    "searched": int(searched.sum()),
+                    "rows": 6 * n,
+                    "kept_sizes": sorted(set((want > 0).sum(dim=1).tolist())),
+                    "second_tile_cut": int((searched & (cut["cut_idx"] >= 4096) & (cut["cut_idx"] < vocab))
+                                           .sum()),
+                }
+print("SEARCH-CHECK " + json.dumps(result))
+"""
+
+
+@pytest.fixture(scope="module")
+def search_results(kernel_package: Path, sglang_cpu_path: str) -> dict:  # noqa: F811
+    """The radix search (the cut below the candidates) in Triton's interpreter against the torch reference."""
+    return run_script(SEARCH_CHECK, "SEARCH-CHECK", kernel_package, sglang_cpu_path, interpret=True,
+                      timeout=1200)  # fmt: skip
+
+
+def test_radix_search_cut_equals_the_reference_in_every_filter_combination(search_results: dict) -> None:
+    """Every filter combination (top-p after top-k too), both tie rules, on thousands of tied tokens of
+    tiny mass, on bf16-rounded ties and on distinct keys: the same kept tokens (ties at the cut included)
+    and the same probabilities as sampling_target_probs' sort, with the cut found by the radix search."""
+    assert len(search_results) == 2 * (2 * 9 + 2), sorted(search_results)
+    wrong = {
+        case: got for case, got in search_results.items() if not (got["same_kept"] and got["probs_close"])
+    }
+    assert not wrong, wrong
+    for case, got in search_results.items():
+        assert got["searched"] >= got["rows"] // 2, (case, got)
+
+
+def test_radix_search_cases_cut_deep_and_across_tiles(search_results: dict) -> None:
+    """The cases reach what the search must get right: cuts inside the run of thousands of equal tokens
+    (positional: kept sizes between the few high tokens and the whole row; flashinfer's rule: the whole
+    run or none of it) and positional cuts whose last kept tie lies in the second tile."""
+    flat_sizes = set(search_results["flat:top_p:positional"]["kept_sizes"])
+    assert any(5 < size < 4500 for size in flat_sizes), flat_sizes
+    assert {5, 4500} <= set(search_results["flat:top_p"]["kept_sizes"]), search_results["flat:top_p"]
+    positional = search_results["flat:top_k:positional"]
+    assert positional["second_tile_cut"] >= 2, positional
+    assert len(search_results["spread:top_k+top_p+min_p"]["kept_sizes"]) >= 4
+
+
 COMPILE = r"""
 import json, os, sys, time
 import torch
@@ -532,6 +619,8 @@ KERNEL_NAMES = [
     "_sample_max_kernel",
     "_sample_mass_kernel",
     "_sample_cut_kernel",
+    "_radix_round_kernel",
+    "_radix_final_kernel",
     "_sample_walk_kernel",
     "_residual_mass_kernel",
     "_residual_draw_kernel",
