@@ -13,6 +13,8 @@ import json
 import math
 import os
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from ddtree.smoke import server as smoke_server
 from ddtree.smoke.models import SmokeSettings
 
 from benchmarks.pair import paired_step, profile_step, serve_bench
+from tests.unit.test_ddtree_sglang import sglang_cpu_path  # noqa: F401  (fixture)
 
 A, B = "ddtree-16", "ddtree-16@graphs"
 STEP_MS = {A: 4.0, B: 3.6}  # B's step is 0.9x A's
@@ -187,9 +190,9 @@ def test_bad_input_is_one_line_naming_the_value_and_exit_2(
     assert script.servers == [] and not (tmp_path / "out").exists()
 
 
-def test_each_servers_step_switches_reach_its_own_process_only(tmp_path: Path, monkeypatch) -> None:
-    """The real Server, two real child processes at once: a stand-in `sglang.launch_server` (first on
-    PYTHONPATH) writes its SGLANG_* environment and port, then sleeps until stop() ends it."""
+def fake_sglang(tmp_path: Path, monkeypatch) -> None:
+    """A stand-in `sglang.launch_server`, first on PYTHONPATH: writes its SGLANG_* environment and argv to
+    tmp_path/launch-PORT.json, then sleeps until stop() ends it."""
     fake = tmp_path / "fake" / "sglang"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("")
@@ -197,10 +200,27 @@ def test_each_servers_step_switches_reach_its_own_process_only(tmp_path: Path, m
         "import json, os, sys, time\n"
         "port = sys.argv[sys.argv.index('--port') + 1]\n"
         "env = {k: v for k, v in os.environ.items() if k.startswith('SGLANG_')}\n"
-        f"open({str(tmp_path)!r} + f'/env-{{port}}.json', 'w').write(json.dumps(env))\n"
+        f"record = {str(tmp_path)!r} + f'/launch-{{port}}.json'\n"
+        "open(record + '.tmp', 'w').write(json.dumps({'env': env, 'argv': sys.argv[1:]}))\n"
+        "os.rename(record + '.tmp', record)\n"
         "time.sleep(120)\n"
     )
     monkeypatch.setenv("PYTHONPATH", f"{fake.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+
+
+def launched(tmp_path: Path, servers: list[smoke_server.Server]) -> list[dict]:
+    """What each started stand-in recorded, once all have."""
+    records = [tmp_path / f"launch-{s.port}.json" for s in servers]
+    deadline = time.monotonic() + 30
+    while not all(r.exists() for r in records):
+        assert time.monotonic() < deadline, [s.tail() for s in servers]
+        time.sleep(0.1)
+    return [json.loads(r.read_text()) for r in records]
+
+
+def test_each_servers_step_switches_reach_its_own_process_only(tmp_path: Path, monkeypatch) -> None:
+    """The real Server, two real child processes at once (the stand-in launch_server)."""
+    fake_sglang(tmp_path, monkeypatch)
     monkeypatch.setenv("SGLANG_DFLASH_STEP_GRAPHS", "1")  # a stray shell setting: each server's own wins
     first = smoke_server.free_port()
     second = smoke_server.free_port(avoid={first})
@@ -208,22 +228,13 @@ def test_each_servers_step_switches_reach_its_own_process_only(tmp_path: Path, m
     servers = []
     try:
         for mode, port in ((A, first), (B, second)):
-            settings = SmokeSettings(port=port)
+            env = serve_bench.step_environment_of(mode)
             servers.append(
                 smoke_server.Server(
-                    tmp_path / "t",
-                    [],
-                    tmp_path / f"{port}.log",
-                    settings,
-                    env=serve_bench.step_environment_of(mode),
+                    tmp_path / "t", [], tmp_path / f"{port}.log", SmokeSettings(port=port), env=env
                 )
             )
-        deadline = time.monotonic() + 30
-        while not all((tmp_path / f"env-{p}.json").exists() for p in (first, second)):
-            assert time.monotonic() < deadline, [s.tail() for s in servers]
-            time.sleep(0.1)
-        seen_a = json.loads((tmp_path / f"env-{first}.json").read_text())
-        seen_b = json.loads((tmp_path / f"env-{second}.json").read_text())
+        seen_a, seen_b = (record["env"] for record in launched(tmp_path, servers))
         assert seen_a == serve_bench.step_environment_of(A) and seen_a["SGLANG_DFLASH_STEP_GRAPHS"] == "0"
         assert seen_b == serve_bench.step_environment_of(B) and seen_b["SGLANG_DFLASH_STEP_GRAPHS"] == "1"
         assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "1" and "SGLANG_DFLASH_FAST_STEP" not in os.environ
@@ -231,3 +242,36 @@ def test_each_servers_step_switches_reach_its_own_process_only(tmp_path: Path, m
         for server in servers:
             server.stop()
     assert all(s.proc.poll() is not None for s in servers)
+
+
+def test_the_paired_servers_flags_parse_with_the_real_sglang_parser(
+    tmp_path: Path,
+    monkeypatch,
+    sglang_cpu_path: str,  # noqa: F811
+) -> None:
+    """paired_step.start_server's command line (recorded by the stand-in launch_server) read by the patched
+    0.5.13.post1's own argparse: --sleep-on-idle exists, the paired mem fraction and graph sizes win over
+    the Server's defaults, the DDTREE flags are the mode's."""
+    fake_sglang(tmp_path, monkeypatch)
+    server = paired_step.start_server(A, tmp_path / "pair", tmp_path / "a.log", smoke_server.free_port())
+    try:
+        (record,) = launched(tmp_path, [server])
+    finally:
+        server.stop()
+    probe = """
+import argparse, json, sys
+from sglang.srt.server_args import ServerArgs
+parser = argparse.ArgumentParser(); ServerArgs.add_cli_args(parser)
+a = parser.parse_args(json.loads(sys.argv[1]))
+print("PROBE", json.dumps({k: getattr(a, k) for k in ("sleep_on_idle", "mem_fraction_static", "cuda_graph_bs",
+      "port", "speculative_algorithm", "speculative_ddtree_budget")}))
+"""
+    env = {**os.environ, "PYTHONPATH": sglang_cpu_path, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", probe, json.dumps(record["argv"])],
+                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("PROBE ")), None)
+    assert line, done.stderr[-3000:]
+    assert json.loads(line[6:]) == {
+        "sleep_on_idle": True, "mem_fraction_static": 0.2, "cuda_graph_bs": [1, 2, 4], "port": server.port,
+        "speculative_algorithm": "DDTREE", "speculative_ddtree_budget": 16,
+    }  # fmt: skip
