@@ -172,6 +172,7 @@ def run_paired(
             servers[mode] = server
             ready_s = server.wait_ready()
             result["servers"][mode] = {"port": port, "ready_s": round(ready_s, 1), "cmd": server.cmd[1:]}
+            print(f"paired_step: {letter} = {mode} ready after {ready_s:.0f} s on port {port}", flush=True)
             port = smoke_server.free_port(avoid={port})
         clients = {mode: server.client for mode, server in servers.items()}
         for context in contexts:
@@ -183,6 +184,7 @@ def run_paired(
             except Exception as exc:  # this context's failure is recorded; the next context still runs
                 result["contexts"].append({"context": context, "error": f"{type(exc).__name__}: {exc}"})
             write(out, result)
+            print(f"paired_step: context {context} done", flush=True)
     return result
 
 
