@@ -24,6 +24,8 @@
 #                   exactly, and its host time eager vs replayed (issue 25)
 #   stacks          (timing) profile_step --stacks: host time per Python function, DDTREE-16, context 256
 #   profile         (timing) profile_step over $PROFILE_MODES x $PROFILE_CONTEXTS (issues 25, 26)
+#   paired          (timing) paired_step: $PAIRED_MODES (A,B) from two servers up at once, $PAIRED_ROUNDS rounds
+#                   A,B,B,A at $PAIRED_CONTEXTS; step ms, tok/s and the per-round ratio B/A (issue 25)
 #   options         (timing) options_acceptance: acceptance with request options on the pair (issue 28)
 #   core-bench      (timing) benchmarks/ddtree_core_bench.py: the sampling kernels' goals table (issue 27)
 # usage (device, repo root): OUT=/tmp/out PAIR=/tmp/pair RUNS=/tmp/runs bash tests/gpu/device_queue.sh JOB...
@@ -33,11 +35,13 @@ OUT=${OUT:-/tmp/out} PAIR=${PAIR:-/tmp/pair} RUNS=${RUNS:-/tmp/runs}
 TRAIN_DONE=${TRAIN_DONE:-/tmp/train.done} DEADLINE=${DEADLINE:-1200}
 PROFILE_MODES=${PROFILE_MODES:-ddtree-16,ddtree-16@graphs,dflash,dflash@graphs,none}
 PROFILE_CONTEXTS=${PROFILE_CONTEXTS:-256,4096}
-TIMING_JOBS=" stacks profile options core-bench "
+PAIRED_MODES=${PAIRED_MODES:-ddtree-16,ddtree-16@graphs} PAIRED_CONTEXTS=${PAIRED_CONTEXTS:-256}
+PAIRED_ROUNDS=${PAIRED_ROUNDS:-8}
+TIMING_JOBS=" stacks profile paired options core-bench "
 for job in "$@"; do
   case $job in
-    smoke | smoke-graphs | stress-graphs | smoke-graphs-tp2 | smoke-splitkv | stress-splitkv | secrets | mla | tree-graph | stacks | profile | options | core-bench) ;;
-    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv secrets mla tree-graph stacks profile options core-bench)" >&2
+    smoke | smoke-graphs | stress-graphs | smoke-graphs-tp2 | smoke-splitkv | stress-splitkv | secrets | mla | tree-graph | stacks | profile | paired | options | core-bench) ;;
+    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv secrets mla tree-graph stacks profile paired options core-bench)" >&2
        exit 2 ;;
   esac
 done
@@ -67,6 +71,8 @@ run_job() {
               --modes ddtree-16 --contexts 256 --steps 8 ;;
     profile) timeout "$limit" python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/profile" \
                --modes "$PROFILE_MODES" --contexts "$PROFILE_CONTEXTS" ;;
+    paired) timeout "$limit" python3 -m benchmarks.pair.paired_step --pair "$PAIR" --out "$RUNS/paired" \
+              --paired "$PAIRED_MODES" --contexts "$PAIRED_CONTEXTS" --rounds "$PAIRED_ROUNDS" ;;
     options) timeout "$limit" python3 -m benchmarks.pair.options_acceptance --pair "$PAIR" --out "$RUNS/options" \
                --modes none,ddtree-16 ;;
     core-bench) timeout "$limit" python3 benchmarks/ddtree_core_bench.py --json "$OUT/core_bench.json" ;;

@@ -27,11 +27,11 @@ def test_an_unknown_job_is_refused_before_anything_runs(tmp_path: Path) -> None:
 
 def test_jobs_past_the_deadline_and_timing_jobs_without_a_pair_are_skipped_and_said(tmp_path: Path) -> None:
     (tmp_path / "train.done").write_text("1\n")  # the training failed: no pair
-    done = run_queue(tmp_path, "profile", "options", DEADLINE="100")
+    done = run_queue(tmp_path, "profile", "paired", "options", DEADLINE="100")
     assert done.returncode == 0, done.stderr
     status = (tmp_path / "out" / "queue" / "status.txt").read_text().splitlines()
-    assert status[:2] == [
-        f"{job}: skipped, no trained pair in {tmp_path / 'pair'}" for job in ("profile", "options")
+    assert status[:3] == [
+        f"{job}: skipped, no trained pair in {tmp_path / 'pair'}" for job in ("profile", "paired", "options")
     ]
     assert status[-1].startswith("queue: done after")
     late = run_queue(tmp_path, "secrets", "mla", DEADLINE="0")
@@ -56,6 +56,31 @@ def test_servers_a_job_leaves_running_are_stopped_before_the_next_job(tmp_path: 
     finally:
         if server.poll() is None:
             server.kill()
+
+
+def test_paired_job_measures_its_two_modes_from_the_trained_pair(tmp_path: Path) -> None:
+    """The `paired` job's command, with a stand-in python3 on PATH that records its arguments (the real job
+    needs the GPU): ddtree-16 against ddtree-16@graphs at context 256 by default, PAIRED_* override."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text('#!/bin/bash\necho "$*" >> "$ARGS_LOG"\n')
+    (bin_dir / "python3").chmod(0o755)
+    (tmp_path / "train.done").write_text("0\n")
+    (tmp_path / "pair").mkdir()
+    (tmp_path / "pair" / "eval_prompts.json").write_text("{}")
+    log = tmp_path / "args.txt"
+    path = f"{bin_dir}:{os.environ['PATH']}"
+    assert run_queue(tmp_path, "paired", PATH=path, ARGS_LOG=str(log)).returncode == 0
+    override = {"PAIRED_MODES": "dflash,dflash@upstream", "PAIRED_CONTEXTS": "256,4096", "PAIRED_ROUNDS": "4"}
+    assert run_queue(tmp_path, "paired", PATH=path, ARGS_LOG=str(log), **override).returncode == 0
+    runs = tmp_path / "runs" / "paired"
+    assert log.read_text().splitlines() == [
+        f"-m benchmarks.pair.paired_step --pair {tmp_path / 'pair'} --out {runs} "
+        "--paired ddtree-16,ddtree-16@graphs --contexts 256 --rounds 8",
+        f"-m benchmarks.pair.paired_step --pair {tmp_path / 'pair'} --out {runs} "
+        "--paired dflash,dflash@upstream --contexts 256,4096 --rounds 4",
+    ]
+    assert "paired: exit 0 after" in (tmp_path / "out" / "queue" / "status.txt").read_text()
 
 
 def test_a_packed_pair_unpacks_byte_for_byte_and_a_damaged_part_is_refused(tmp_path: Path) -> None:

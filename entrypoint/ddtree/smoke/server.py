@@ -9,17 +9,23 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from ddtree.bench.client import Client
 from ddtree.smoke.models import SmokeSettings, arch_server_args
 
 
-def _free_port() -> int:
-    """A free port below 45000: SGLang also opens port + 10000 (gRPC), which must stay <= 65535."""
+def free_port(avoid: Collection[int] = ()) -> int:
+    """A free port below 45000: SGLang also opens port + 10000 (gRPC), which must stay <= 65535. Neither it
+    nor its + 10000 is a port of `avoid` or that port's + 10000 (a server started just before may not have
+    bound them yet)."""
+    taken = {p + shift for p in avoid for shift in (-10000, 0, 10000)}
     rng = random.Random()
     for _ in range(200):
         port = rng.randrange(20000, 45000)
+        if port in taken:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
@@ -64,8 +70,10 @@ class Server:
         log_path: Path,
         settings: SmokeSettings,
         skip_tokenizer_init: bool = True,
+        env: Mapping[str, str] | None = None,
     ):
-        self.port = settings.port or _free_port()
+        """`env`: variables for this server's process alone (e.g. a mode's step switches), over os.environ."""
+        self.port = settings.port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.client = Client(self.url, timeout=300)
         self.log_path = log_path
@@ -79,9 +87,10 @@ class Server:
         ]  # fmt: skip
         self.cmd = cmd
         self._log = open(log_path, "w")  # noqa: SIM115 (closed in stop)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
+                     "TRANSFORMERS_OFFLINE": "1"}  # fmt: skip
         self.proc = subprocess.Popen(
-            cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            cmd, stdout=self._log, stderr=subprocess.STDOUT, env=child_env, start_new_session=True
         )
         self.deadline = time.monotonic() + settings.launch_timeout_s
 
