@@ -113,7 +113,9 @@ def test_arch_is_checked_and_tp_must_divide_the_mla_heads(monkeypatch: pytest.Mo
         smoke.smoke_arch(None)
     assert "8 attention heads; use 1, 2, 4, 8" in (smoke.gpu_problem(3, "mla") or "")
     assert smoke_models.arch_server_args("mla") == ("--disable-piecewise-cuda-graph",)
-    assert smoke_models.arch_server_args("gqa") == ()
+    assert smoke_models.arch_server_args("gqa") == ("--disable-piecewise-cuda-graph",)
+    with pytest.raises(ValueError, match="smoke arch 'x'"):
+        smoke_models.arch_server_args("x")
 
 
 # ---------------------------------------------------------------------------------- how SGLang reads it

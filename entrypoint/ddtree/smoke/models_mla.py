@@ -42,11 +42,6 @@ ROPE_SCALING = {  # Kimi K2.6's YaRN settings
 }
 
 
-# SGLang disables piecewise CUDA graphs (torch.compile'd prefill) for multimodal classes such as Kimi
-# K2.6's KimiK25ForConditionalGeneration but enables them for a bare DeepseekV3ForCausalLM on Hopper
-# (server_args.py, _handle_piecewise_cuda_graph): this flag keeps the tiny target on the real one's path.
-MLA_SERVER_ARGS = ("--disable-piecewise-cuda-graph",)
-
 
 def mla_config() -> dict[str, Any]:
     """config.json of the tiny DeepseekV3ForCausalLM target."""
