@@ -70,7 +70,7 @@ def attention_heads(arch: str) -> int:
 # SGLang disables piecewise CUDA graphs (a torch.compile'd prefill) for multimodal classes such as Kimi
 # K2.6's KimiK25ForConditionalGeneration, but builds them for a bare Qwen3 or DeepseekV3ForCausalLM
 # (server_args.py, _handle_piecewise_cuda_graph): this flag keeps every tiny target on the real one's path,
-# and spares each server start the compile of 58 prefill sizes (about 90 s on the H200, 2026-12-01).
+# and spares each server start the compile of 58 prefill sizes (seen in the H200 servers' logs, 2026-12-01).
 KIMI_PATH_SERVER_ARGS = ("--disable-piecewise-cuda-graph",)
 
 
