@@ -16,6 +16,8 @@ import types
 import pytest
 import torch
 
+from tests.unit.ddtree_sglang_probe import whole_vocab_lm_head
+
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA device", allow_module_level=True)
 step_graphs = pytest.importorskip("sglang.srt.speculative.step_graphs")
@@ -29,14 +31,7 @@ def make_worker() -> object:
     """A DDTreeWorker carrying only what `_tree_stage` reads (TP 1, the whole vocabulary on this rank)."""
     gen = torch.Generator(device="cuda").manual_seed(0)
     weight = torch.randn(VOCAB, HIDDEN, device="cuda", dtype=torch.bfloat16, generator=gen) * 0.05
-    shard = types.SimpleNamespace(
-        num_org_elements=VOCAB,
-        num_org_elements_padded=VOCAB,
-        num_added_elements=0,
-        org_vocab_start_index=0,
-        added_vocab_start_index=VOCAB,
-    )
-    lm_head = types.SimpleNamespace(weight=weight, shard_indices=shard)
+    lm_head = whole_vocab_lm_head(weight)
     worker = ddtree_worker.DDTreeWorker.__new__(ddtree_worker.DDTreeWorker)
     worker.ddtree_topk, worker.ddtree_budget, worker.tree_depth = TOPK, BUDGET, DEPTH
     worker.model_runner = types.SimpleNamespace(model_config=types.SimpleNamespace(vocab_size=VOCAB))

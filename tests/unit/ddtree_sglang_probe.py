@@ -707,6 +707,20 @@ def _warm_up_facts() -> dict:
     }
 
 
+def whole_vocab_lm_head(weight) -> types.SimpleNamespace:
+    """A stand-in for SGLang's vocab-parallel LM head at TP 1: the whole vocabulary (weight [vocab, hidden])
+    on this rank from id 0, no added tokens: what the drafter's top-k / argmax read of it."""
+    vocab = int(weight.shape[0])
+    shard = types.SimpleNamespace(
+        num_org_elements=vocab,
+        num_org_elements_padded=vocab,
+        num_added_elements=0,
+        org_vocab_start_index=0,
+        added_vocab_start_index=vocab,
+    )
+    return types.SimpleNamespace(weight=weight, shard_indices=shard)
+
+
 def _topk_facts() -> dict:
     """The worker's vocab-parallel top-k (TP 1) against log_softmax + topk on the full logits."""
     import torch
@@ -716,17 +730,10 @@ def _topk_facts() -> dict:
     hidden, vocab, rows = 8, 40, 6
     weight = torch.randn(vocab, hidden)
     hs = torch.randn(rows, hidden)
-    shard = types.SimpleNamespace(
-        num_org_elements=vocab,
-        num_org_elements_padded=vocab,
-        num_added_elements=0,
-        org_vocab_start_index=0,
-        added_vocab_start_index=vocab,
-    )
     worker = DDTreeWorker.__new__(DDTreeWorker)
     worker.ddtree_topk, worker.ddtree_budget = 3, 8
     worker.model_runner = types.SimpleNamespace(model_config=types.SimpleNamespace(vocab_size=vocab))
-    lm_head = types.SimpleNamespace(weight=weight, shard_indices=shard)
+    lm_head = whole_vocab_lm_head(weight)
     vals, ids = worker._draft_topk_from_vocab_parallel_head(hidden_states=hs, lm_head=lm_head, chunk_size=4)
     # the served case: every row in one chunk (the single-chunk return, no output buffers)
     one_vals, one_ids = worker._draft_topk_from_vocab_parallel_head(hidden_states=hs, lm_head=lm_head)
@@ -757,14 +764,7 @@ def _tree_stage_facts() -> dict:
     torch.manual_seed(1)
     hidden, vocab, bs, depth, budget, topk = 8, 40, 3, 4, 8, 3
     weight = torch.randn(vocab, hidden)
-    shard = types.SimpleNamespace(
-        num_org_elements=vocab,
-        num_org_elements_padded=vocab,
-        num_added_elements=0,
-        org_vocab_start_index=0,
-        added_vocab_start_index=vocab,
-    )
-    lm_head = types.SimpleNamespace(weight=weight, shard_indices=shard)
+    lm_head = whole_vocab_lm_head(weight)
     worker = DDTreeWorker.__new__(DDTreeWorker)
     worker.ddtree_topk, worker.ddtree_budget, worker.tree_depth = topk, budget, depth
     worker.block_size, worker.num_verify_tokens = depth + 1, budget + 1

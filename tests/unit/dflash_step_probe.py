@@ -16,7 +16,10 @@ import types
 
 import torch
 from ddtree_sglang_probe import _assign_req_to_token_reference as _assign_reference
-from ddtree_sglang_probe import _Req  # the Req attributes verify() touches, finishing after max_new tokens
+from ddtree_sglang_probe import (
+    _Req,  # the Req attributes verify() touches, finishing after max_new tokens
+    whole_vocab_lm_head,
+)
 
 
 def _with_fast_step(value: str, fn):
@@ -381,18 +384,11 @@ def _chain_stage_facts() -> dict:
     gen = torch.Generator().manual_seed(7)
     vocab, hidden_size, bs, block = 50, 8, 3, 5
     weight = torch.randn(vocab, hidden_size, generator=gen)
-    shard = types.SimpleNamespace(
-        num_org_elements=vocab,
-        num_org_elements_padded=vocab,
-        num_added_elements=0,
-        org_vocab_start_index=0,
-        added_vocab_start_index=vocab,
-    )
     worker = object.__new__(dw.DFlashWorker)
     worker.__dict__.update(
         target_worker=types.SimpleNamespace(
             model_runner=types.SimpleNamespace(
-                model=types.SimpleNamespace(lm_head=types.SimpleNamespace(weight=weight, shard_indices=shard))
+                model=types.SimpleNamespace(lm_head=whole_vocab_lm_head(weight))
             )
         )
     )
