@@ -404,6 +404,95 @@ def _chain_stage_facts() -> dict:
     return {"equal": bool(torch.equal(tokens, expect.reshape(-1))), "shape": list(tokens.shape)}
 
 
+def _capture_refusal_facts() -> dict:
+    """Patch ddtree-step-graph: DFlashWorker's KV append and chain stage and DDTreeWorker's tree stage all go
+    through step_graphs.capture_for_target. For each: why it stays eager (the switch and the device first,
+    then the stretch's own conditions, asked only then: a refused append does not grow the RoPE cache), the
+    reason kept where the worker keeps it, and one info line at rank 0 under the stretch's name. Workers made
+    without __init__ over a target-runner namespace; SGLang's TP group a one-rank stand-in; _pin_rope_cache a
+    recorder that refuses; no case reaches a capture (CUDA graphs need a GPU; tests/gpu/ replays them)."""
+    import logging
+
+    from sglang.srt.speculative import dflash_worker as dw
+    from sglang.srt.speculative import step_graphs
+    from sglang.srt.speculative.ddtree_worker import DDTreeWorker
+
+    records: list[str] = []
+    handler = logging.Handler(level=logging.INFO)
+    handler.emit = lambda record: records.append(record.getMessage())
+    graphs_logger = logging.getLogger(step_graphs.__name__)
+    graphs_logger.addHandler(handler)
+    saved_level, graphs_logger.level = graphs_logger.level, logging.INFO
+    pinned: list[int] = []
+    lm_head = whole_vocab_lm_head(torch.zeros(8, 4))
+
+    def worker(cls=dw.DFlashWorker, *, device="cuda", fast_step=True, helper=None, with_head=True, rank=0):
+        made = object.__new__(cls)
+        model = types.SimpleNamespace(lm_head=lm_head) if with_head else types.SimpleNamespace()
+        made.__dict__.update(
+            device=device,
+            tp_rank=rank,
+            fast_step=fast_step,
+            _fused_kv_helper=helper,
+            block_size=5,
+            tree_depth=4,
+            target_worker=types.SimpleNamespace(
+                model_runner=types.SimpleNamespace(
+                    server_args=types.SimpleNamespace(disable_cuda_graph=False),
+                    graph_runner=types.SimpleNamespace(capture_bs=[1, 2]),
+                    model=model,
+                    model_config=types.SimpleNamespace(context_len=64),
+                )
+            ),
+            _pin_rope_cache=lambda max_position: pinned.append(max_position) or "pinning refused (stand-in)",
+        )
+        return made
+
+    def kv_append(**kw) -> dict:
+        made, before = worker(**kw), len(records)
+        graphs = made._capture_kv_append()
+        return {"graphs": graphs, "refusal": made.kv_append_graph_refusal, "logged": records[before:]}
+
+    def chain(**kw) -> dict:
+        made, before = worker(**kw), len(records)
+        return {"graphs": made._capture_chain_stage(), "logged": records[before:]}
+
+    def tree(**kw) -> dict:
+        made, before = worker(DDTreeWorker, **kw), len(records)
+        graphs = made._capture_tree_stage()
+        return {"graphs": graphs, "refusal": made.tree_stage_refusal, "logged": records[before:]}
+
+    saved_group, saved_env = dw.get_tp_group, os.environ.pop(step_graphs.STEP_GRAPHS_ENV, None)
+    dw.get_tp_group = lambda: types.SimpleNamespace(world_size=1)
+    try:
+        facts = {"switch_unset": {"kv_append": kv_append(), "chain": chain(), "tree": tree()}}
+        os.environ[step_graphs.STEP_GRAPHS_ENV] = "1"
+        facts["switch_on"] = {
+            "kv_append_slow_step": kv_append(fast_step=False),
+            "kv_append_no_fused_helper": kv_append(),
+            "kv_append_pins_rope": kv_append(helper=object()),
+            "kv_append_cpu": kv_append(device="cpu", helper=object()),
+            "kv_append_rank1": kv_append(helper=object(), rank=1),
+            "chain_no_lm_head": chain(with_head=False),
+            "chain_cpu": chain(device="cpu"),
+            "tree_cpu": tree(device="cpu"),
+        }
+        facts["pinned"] = pinned
+        facts["target_lm_head"] = {
+            "is_the_targets": worker()._target_lm_head() is lm_head,
+            "none_without_one": worker(with_head=False)._target_lm_head() is None,
+            "tree_worker_inherits": DDTreeWorker._target_lm_head is dw.DFlashWorker._target_lm_head,
+        }
+    finally:
+        dw.get_tp_group = saved_group
+        os.environ.pop(step_graphs.STEP_GRAPHS_ENV, None)
+        if saved_env is not None:
+            os.environ[step_graphs.STEP_GRAPHS_ENV] = saved_env
+        graphs_logger.removeHandler(handler)
+        graphs_logger.level = saved_level
+    return facts
+
+
 def main() -> None:
     facts: dict = {}
     try:
@@ -416,6 +505,7 @@ def main() -> None:
         facts["padded_append"] = _padded_append_facts()
         facts["append_routing"] = _append_routing_facts()
         facts["chain_stage"] = _chain_stage_facts()
+        facts["capture_refusals"] = _capture_refusal_facts()
     except Exception:
         facts["probe_error"] = traceback.format_exc()
     print("DFLASH-STEP-PROBE " + json.dumps(facts))

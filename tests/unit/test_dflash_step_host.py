@@ -116,3 +116,47 @@ def test_dflash_chain_stage_is_the_root_then_the_greedy_block(facts: dict) -> No
     """Patch ddtree-step-graph's DFLASH chain stage, the function its CUDA graph captures (run eagerly on
     CPU; the served replay is checked by the device smoke's greedy identity)."""
     assert facts["chain_stage"] == {"equal": True, "shape": [15]}
+
+
+def test_step_graph_captures_refuse_through_one_path_and_say_why_once(facts: dict) -> None:
+    """Patch ddtree-step-graph: the KV append, the chain stage and the tree stage are refused by
+    step_graphs.capture_for_target: the opt-in switch first (unset: all three eager), then the device, then
+    each stretch's own conditions, asked only once those pass (the RoPE cache is pinned for an append that
+    got that far, at the target's context - 1, and for no other); the reason is kept on the worker and logged
+    once at rank 0 under the stretch's name."""
+    got = facts["capture_refusals"]
+    off = got["switch_unset"]
+    for stretch, name in (("kv_append", "DFLASH KV append"), ("chain", "DFLASH chain stage"),
+                          ("tree", "DDTREE tree stage")):  # fmt: skip
+        assert off[stretch]["graphs"] is None, stretch
+        assert len(off[stretch]["logged"]) == 1, off[stretch]
+        assert off[stretch]["logged"][0].startswith(
+            f"{name} runs eagerly: SGLANG_DFLASH_STEP_GRAPHS is not 1"
+        )
+    assert off["kv_append"]["refusal"].startswith("SGLANG_DFLASH_STEP_GRAPHS is not 1 (opt-in")
+    assert off["tree"]["refusal"] == off["kv_append"]["refusal"]
+    on = got["switch_on"]
+    assert all(case["graphs"] is None for case in on.values()), on
+    assert on["kv_append_slow_step"]["refusal"] == "SGLANG_DFLASH_FAST_STEP=0"
+    assert on["kv_append_no_fused_helper"]["refusal"] == "the fused KV materialization is off"
+    assert on["kv_append_pins_rope"]["refusal"] == "pinning refused (stand-in)"
+    assert on["kv_append_pins_rope"]["logged"] == [
+        "DFLASH KV append runs eagerly: pinning refused (stand-in)"
+    ]
+    assert on["kv_append_cpu"]["refusal"] == "the device is cpu, not CUDA"
+    assert (
+        on["kv_append_rank1"]["refusal"] == "pinning refused (stand-in)"
+        and on["kv_append_rank1"]["logged"] == []
+    )
+    assert got["pinned"] == [63, 63], "only the two appends that passed the common checks pin the RoPE cache"
+    assert on["chain_no_lm_head"]["logged"] == [
+        "DFLASH chain stage runs eagerly: the target has no LM head weight"
+    ]
+    assert on["chain_cpu"]["logged"] == ["DFLASH chain stage runs eagerly: the device is cpu, not CUDA"]
+    assert on["tree_cpu"]["refusal"] == "the device is cpu, not CUDA"
+    assert on["tree_cpu"]["logged"] == ["DDTREE tree stage runs eagerly: the device is cpu, not CUDA"]
+    assert got["target_lm_head"] == {
+        "is_the_targets": True,
+        "none_without_one": True,
+        "tree_worker_inherits": True,
+    }

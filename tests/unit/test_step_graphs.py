@@ -1,0 +1,145 @@
+"""step_graphs.capture_for_target (patch 0012-ddtree-step-graph), the one path by which the DFLASH/DDTREE step
+stretches (KV append, chain stage, tree stage) are captured or left eager, on CPU.
+
+The module is the one the real patch series writes into the pinned sglang (the patched CPU tree of
+test_ddtree_sglang.py), loaded alone: it needs only torch. Stand-ins, where CUDA cannot run here: the target's
+model runner is a namespace (server_args.disable_cuda_graph, graph_runner.capture_bs); past the common
+refusals, step_graphs_refusal answers None (as on a CUDA device with SGLANG_DFLASH_STEP_GRAPHS=1) and
+torch.cuda.graph_pool_handle hands out a placeholder, so that capture_all reaches its capture, which then
+fails on the CPU build of torch (no CUDA stream) as a failing capture fails on the device. A capture that
+succeeds is
+tests/gpu/test_tree_stage_graph_gpu.py's; the workers' own refusals are tests/unit/test_dflash_step_host.py's.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.unit.test_ddtree_sglang import sglang_cpu_path  # noqa: F401  (fixture)
+
+MODULE = "step_graphs_under_test"
+NAME = "DFLASH test stretch"
+
+
+@pytest.fixture(scope="module")
+def step_graphs(sglang_cpu_path: str) -> types.ModuleType:  # noqa: F811
+    path = Path(sglang_cpu_path.split(os.pathsep)[0]) / "sglang" / "srt" / "speculative" / "step_graphs.py"
+    spec = importlib.util.spec_from_file_location(MODULE, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[MODULE] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(MODULE, None)
+
+
+def _target(*, capture_bs=(1, 2), disable_cuda_graph=False, graph_runner=True) -> types.SimpleNamespace:
+    return types.SimpleNamespace(
+        server_args=types.SimpleNamespace(disable_cuda_graph=disable_cuda_graph),
+        graph_runner=types.SimpleNamespace(capture_bs=list(capture_bs)) if graph_runner else None,
+    )
+
+
+class _Stretch:
+    """The stretch's parts, each recording that it was asked."""
+
+    def __init__(self, own_reason: str | None = None):
+        self.own_reason = own_reason
+        self.asked: list[str] = []
+
+    def fn(self, hidden: torch.Tensor) -> torch.Tensor:
+        self.asked.append("fn")
+        return hidden * 2
+
+    def inputs(self) -> list:
+        self.asked.append("inputs")
+        return [self.module.GraphInput(2, (4,), torch.float32)]
+
+    def checks(self) -> str | None:
+        self.asked.append("checks")
+        return self.own_reason
+
+
+def _capture(step_graphs, stretch: _Stretch, caplog, *, log=True, device="cuda", tp_size=1, **target):
+    stretch.module = step_graphs
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=MODULE):
+        graphs, reason = step_graphs.capture_for_target(
+            NAME,
+            stretch.fn,
+            stretch.inputs,
+            target_runner=_target(**target),
+            device=torch.device(device),
+            tp_size=tp_size,
+            checks=stretch.checks,
+            log=log,
+        )
+    logged = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == MODULE]
+    return graphs, reason, logged
+
+
+@pytest.mark.parametrize(
+    ("switch", "kwargs", "reason"),
+    [
+        (None, {}, "SGLANG_DFLASH_STEP_GRAPHS is not 1 (opt-in until the smoke and the stress pass with it)"),
+        ("0", {}, "SGLANG_DFLASH_STEP_GRAPHS is not 1 (opt-in until the smoke and the stress pass with it)"),
+        ("1", {"disable_cuda_graph": True}, "CUDA graphs are disabled for the server"),
+        ("1", {"graph_runner": False}, "CUDA graphs are disabled for the server"),
+        ("1", {"device": "cpu"}, "the device is cpu, not CUDA"),
+        ("1", {"tp_size": 2}, "tensor parallel size 2 (captured with the TP collectives only with "),
+    ],
+)
+def test_a_common_refusal_asks_nothing_of_the_stretch_and_is_logged_once(
+    step_graphs, caplog, monkeypatch, switch, kwargs, reason
+) -> None:
+    monkeypatch.delenv("SGLANG_DFLASH_STEP_GRAPHS_TP", raising=False)
+    if switch is None:
+        monkeypatch.delenv("SGLANG_DFLASH_STEP_GRAPHS", raising=False)
+    else:
+        monkeypatch.setenv("SGLANG_DFLASH_STEP_GRAPHS", switch)
+    stretch = _Stretch()
+    graphs, got, logged = _capture(step_graphs, stretch, caplog, **kwargs)
+    assert graphs is None and got.startswith(reason), got
+    assert stretch.asked == [], "a refused stretch's own checks and inputs are not asked"
+    assert logged == [("INFO", f"{NAME} runs eagerly: {got}")]
+
+
+def test_the_stretchs_own_reason_comes_after_the_common_ones_and_only_rank_0_logs(
+    step_graphs, caplog, monkeypatch
+) -> None:
+    monkeypatch.setenv("SGLANG_DFLASH_STEP_GRAPHS", "1")
+    stretch = _Stretch("SGLANG_DFLASH_FAST_STEP=0")
+    graphs, reason, logged = _capture(step_graphs, stretch, caplog)
+    assert (graphs, reason) == (None, "SGLANG_DFLASH_FAST_STEP=0")
+    assert stretch.asked == ["checks"], "no inputs are built for a refused stretch"
+    assert logged == [("INFO", f"{NAME} runs eagerly: SGLANG_DFLASH_FAST_STEP=0")]
+    quiet = _Stretch("SGLANG_DFLASH_FAST_STEP=0")
+    assert _capture(step_graphs, quiet, caplog, log=False) == (None, "SGLANG_DFLASH_FAST_STEP=0", [])
+
+
+def test_no_batch_sizes_leaves_the_stretch_eager_and_says_so(step_graphs, caplog, monkeypatch) -> None:
+    monkeypatch.setattr(step_graphs, "step_graphs_refusal", lambda **_: None)  # as on CUDA, switched on
+    stretch = _Stretch()
+    graphs, reason, logged = _capture(step_graphs, stretch, caplog, device="cpu", capture_bs=())
+    assert (graphs, reason) == (None, "no batch sizes")
+    assert stretch.asked == ["checks", "inputs"], "nothing is run without a batch size"
+    assert logged == [("INFO", f"{NAME} runs eagerly: no batch sizes")]
+
+
+def test_a_failing_capture_leaves_none_and_is_warned_once(step_graphs, caplog, monkeypatch) -> None:
+    monkeypatch.setattr(step_graphs, "step_graphs_refusal", lambda **_: None)  # as on CUDA, switched on
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: object())  # the CPU build has no pools
+    stretch = _Stretch()
+    graphs, reason, logged = _capture(step_graphs, stretch, caplog, device="cpu", capture_bs=(4, 1))
+    assert graphs is None
+    assert reason.startswith("capture failed (RuntimeError: "), reason
+    failure = reason.removeprefix("capture failed (").removesuffix(")")
+    assert logged == [("WARNING", f"{NAME}: CUDA graph capture failed ({failure}); it runs eagerly.")]
