@@ -117,7 +117,7 @@ def _arch() -> str:
 
 
 def _free_port() -> int:
-    from ddtree.smoke.server import _free_port as free
+    from ddtree.smoke.server import free_port as free
 
     return free()
 
