@@ -367,6 +367,10 @@ result["walk_mixed_ties"] = walk_case(4, 8, 4, 7, 300, mixed, False, 64, 2.0**-1
 result["walk_mixed_ties_renorm_bisection"] = walk_case(4, 8, 4, 7, 300, mixed, True, 8, 0.3, 2, tied=True)
 result["walk_mixed_positional"] = walk_case(4, 8, 4, 7, 300, mixed, False, 64, 2.0**-14, 3,
                                             keep_ties=False, tied=True)
+# Three tiles (4096 + 4096 + 808): the residual's tiles without a child of the last row come from the first
+# pass's sums (temperature only) or are skipped when their maximum is cut off (top-k 5 keeps one tile).
+result["walk_temperature_only_tiles"] = walk_case(3, 8, 4, 7, 9000, (None,) * 3, False, 64, 2.0**-14, 4)
+result["walk_mixed_tiles"] = walk_case(4, 8, 4, 7, 9000, mixed, False, 64, 2.0**-14, 2)
 print("SAMPLING-CHECK " + json.dumps(result))
 """
 
@@ -421,7 +425,8 @@ def test_sampling_filter_cases_exercise_both_cut_searches(sampling_results: dict
 
 
 WALKS = ["walk_temperature_only", "walk_mixed", "walk_mixed_renorm_bisection", "walk_top_p_padding",
-         "walk_mixed_ties", "walk_mixed_ties_renorm_bisection", "walk_mixed_positional"]  # fmt: skip
+         "walk_mixed_ties", "walk_mixed_ties_renorm_bisection", "walk_mixed_positional",
+         "walk_temperature_only_tiles", "walk_mixed_tiles"]  # fmt: skip
 
 
 @pytest.mark.parametrize("case", WALKS)
@@ -669,5 +674,6 @@ def test_compile_covers_every_sampling_variant(compiled: dict) -> None:
     plain = [v for v in cut if "HAS_TOP_K=False,HAS_TOP_P=False,HAS_MIN_P=False,RENORM=False" in v]
     assert len(plain) == 1 and "num_warps=8" in plain[0], cut
     assert compiled["divisibility"]["_sample_cut_kernel"] >= 16, compiled["divisibility"]
-    assert len(compiled["variants"]["_sample_mass_kernel"]) == 2  # candidates listed or not (FILTERED)
+    assert len(compiled["variants"]["_sample_mass_kernel"]) == 1  # launched only with a filter on
+    assert len(compiled["variants"]["_residual_mass_kernel"]) == 4  # FILTERED x `valid`
     assert len(compiled["variants"]["_sample_walk_kernel"]) == 2  # with and without `valid`
