@@ -320,7 +320,8 @@ for (name, (which, on, renorm, cap, floor)), keep_ties in [
 # 2. The fused walk + bonus draw against verify_sampling_from_logits' torch path, the same coins, and that
 # path (a cut per row, then only the nodes' and the last rows' probabilities) against verify_sampling on the
 # whole sampling_target_probs.
-def walk_case(bs, budget, topk, depth, vocab, params, renorm, cap, floor, draws, keep_ties=True, tied=False):
+def walk_case(bs, budget, topk, depth, vocab, params, renorm, cap, floor, draws, keep_ties=True, tied=False,
+              boost=9.0):
     lp = (3 * torch.randn(bs, depth, vocab, generator=gen)).log_softmax(-1)
     tree = du.build_ddtree(lp, budget, topk)
     size = budget + 1
@@ -329,7 +330,7 @@ def walk_case(bs, budget, topk, depth, vocab, params, renorm, cap, floor, draws,
         logits = (logits * 2).round() / 2
     rows_depth = torch.cat([tree.depth.new_zeros(bs, 1), tree.depth], dim=1)
     likely = lp.argmax(-1).gather(1, rows_depth.clamp(max=depth - 1))  # the drafter's favourite next token
-    logits.view(bs, size, vocab).scatter_add_(2, likely.unsqueeze(2), torch.full((bs, size, 1), 9.0))
+    logits.view(bs, size, vocab).scatter_add_(2, likely.unsqueeze(2), torch.full((bs, size, 1), boost))
     temps = torch.rand(bs, generator=gen) + 0.3
     valid = tree.valid if tree.has_padding else None
     probs = du.sampling_target_probs(
@@ -369,8 +370,9 @@ result["walk_mixed_positional"] = walk_case(4, 8, 4, 7, 300, mixed, False, 64, 2
                                             keep_ties=False, tied=True)
 # Three tiles (4096 + 4096 + 808): the residual's tiles without a child of the last row come from the first
 # pass's sums (temperature only) or are skipped when their maximum is cut off (top-k 5 keeps one tile).
-result["walk_temperature_only_tiles"] = walk_case(3, 8, 4, 7, 9000, (None,) * 3, False, 64, 2.0**-14, 4)
-result["walk_mixed_tiles"] = walk_case(4, 8, 4, 7, 9000, mixed, False, 64, 2.0**-14, 2)
+# The favourite raised by 12: the bulk of 9000 tokens still holds a third of the mass at temperature 1.
+result["walk_temperature_only_tiles"] = walk_case(3, 8, 4, 7, 9000, (None,) * 3, False, 64, 0, 4, boost=12.0)
+result["walk_mixed_tiles"] = walk_case(4, 8, 4, 7, 9000, mixed, False, 64, 0.0, 2, boost=12.0)
 print("SAMPLING-CHECK " + json.dumps(result))
 """
 
@@ -675,5 +677,6 @@ def test_compile_covers_every_sampling_variant(compiled: dict) -> None:
     assert len(plain) == 1 and "num_warps=8" in plain[0], cut
     assert compiled["divisibility"]["_sample_cut_kernel"] >= 16, compiled["divisibility"]
     assert len(compiled["variants"]["_sample_mass_kernel"]) == 1  # launched only with a filter on
+    assert len(compiled["variants"]["_sample_max_kernel"]) == 2  # level counts (filters on) or not
     assert len(compiled["variants"]["_residual_mass_kernel"]) == 4  # FILTERED x `valid`
     assert len(compiled["variants"]["_sample_walk_kernel"]) == 2  # with and without `valid`
