@@ -532,6 +532,75 @@ def test_radix_search_cases_cut_deep_and_across_tiles(search_results: dict) -> N
     assert len(search_results["spread:top_k+top_p+min_p"]["kept_sizes"]) >= 4
 
 
+LADDER_CHECK = r"""
+import json, torch
+from hypothesis import HealthCheck, given, settings, strategies as st
+from ddt import ddtree_kernels as dk, ddtree_utils as du
+
+failures, searched_rows, shared_slots, examples = [], [0], [0], [0]
+
+@st.composite
+def ladders(draw):
+    # 3 requests x 2 rows over two tiles: integer ladders at a drawn scale (runs of exact ties at most
+    # cuts), a few raised tokens; filters drawn per request, both tie rules; a candidate cap of 4 and a
+    # floor of 0.5 push most rows into the radix search, and 1-2 search slots make rows take turns.
+    seed = draw(st.integers(0, 2**31 - 1))
+    gen = torch.Generator().manual_seed(seed)
+    scale = draw(st.sampled_from([0.25, 0.5, 1.0, 3.0]))
+    x = (torch.randn(6, 4500, generator=gen) * draw(st.sampled_from([1.0, 3.0]))).round() * scale
+    x.scatter_add_(1, torch.randint(0, 4500, (6, 4), generator=gen), torch.full((6, 4), 4.0))
+    top_k = draw(st.lists(st.sampled_from([1, 2, 7, 300, 4400, 1 << 30]), min_size=3, max_size=3))
+    top_p = draw(st.lists(st.sampled_from([0.2, 0.5, 0.9, 0.99, 1.0]), min_size=3, max_size=3))
+    min_p = draw(st.lists(st.sampled_from([0.0, 1e-3, 0.05, 0.4]), min_size=3, max_size=3))
+    on = draw(st.sampled_from([(1, 1, 1), (0, 1, 0), (1, 0, 0), (0, 0, 1), (1, 1, 0), (0, 1, 1)]))
+    params = [torch.tensor(v, dtype=t) if use else None
+              for v, t, use in zip((top_k, top_p, min_p), (torch.int32, torch.float32, torch.float32), on)]
+    renorm = bool(on[0] and on[1] and draw(st.booleans()))
+    return x, params, renorm, draw(st.booleans()), draw(st.sampled_from([1, 2]))
+
+@settings(max_examples=14, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(ladders())
+def check(case):
+    x, params, renorm, keep_ties, slots = case
+    temps = torch.tensor([1.0, 0.7, 1.3])
+    rows = [None if v is None else v.repeat_interleave(2) for v in params]
+    want = du.sampling_target_probs(x, temps.repeat_interleave(2), *rows, top_p_after_top_k=renorm,
+                                    keep_ties=keep_ties)
+    cut = dk.filter_rows(x, temps, *params, 2, top_p_after_top_k=renorm, keep_ties=keep_ties,
+                         candidate_cap=4, candidate_floor=0.5, search_slots=slots)
+    z = x / temps.repeat_interleave(2).unsqueeze(1)
+    key = du._float_key(z)
+    index = torch.arange(x.shape[1]).unsqueeze(0)
+    kept = (key > cut["cut_key"].unsqueeze(1)) | (
+        (key == cut["cut_key"].unsqueeze(1)) & (index <= cut["cut_idx"].unsqueeze(1)))
+    probs = torch.where(kept, torch.exp(z - cut["row_max"].unsqueeze(1)) / cut["kept_mass"].unsqueeze(1), 0.0)
+    searched = int(cut["searched"].sum())
+    examples[0] += 1
+    searched_rows[0] += searched
+    shared_slots[0] += int(searched > slots)
+    if not (torch.equal(kept, want > 0) and torch.allclose(probs, want, rtol=1e-5, atol=1e-7)):
+        wrong = (kept != (want > 0)).any(dim=1).nonzero().flatten().tolist()
+        failures.append({"on": [v is not None for v in params], "renorm": renorm, "keep_ties": keep_ties,
+                         "slots": slots, "rows": wrong})
+
+check()
+print("LADDER-CHECK " + json.dumps({"failures": failures, "searched_rows": searched_rows[0],
+                                    "shared_slots": shared_slots[0], "examples": examples[0]}))
+"""
+
+
+def test_radix_search_work_list_on_tie_ladders(kernel_package: Path, sglang_cpu_path: str) -> None:  # noqa: F811
+    """Hypothesis ladders (integer logits at drawn scales: runs of ties at the cut; drawn filters, both tie
+    rules, top-p after top-k) in Triton's interpreter: the radix search over the work list of open rows,
+    with fewer search slots than open rows, keeps exactly sampling_target_probs' tokens."""
+    got = run_script(LADDER_CHECK, "LADDER-CHECK", kernel_package, sglang_cpu_path, interpret=True,
+                     timeout=1500)  # fmt: skip
+    assert got["examples"] >= 10 and not got["failures"], got
+    assert got["searched_rows"] >= 3 * got["examples"], got  # the search, not the candidates, decided
+    assert got["shared_slots"] >= 3, got  # open rows took turns in one slot's programs
+
+
 COMPILE = r"""
 import json, os, sys, time
 import torch
