@@ -601,6 +601,47 @@ def test_radix_search_work_list_on_tie_ladders(kernel_package: Path, sglang_cpu_
     assert got["shared_slots"] >= 3, got  # open rows took turns in one slot's programs
 
 
+FLOOR_CHECK = r"""
+import json, torch
+from ddt import ddtree_kernels as dk, ddtree_utils as du
+
+# Per row: 30 tied tokens at +10, 500 at +4 (within 6 nats: a fixed floor of 2**-14 would list 530 and
+# overflow a cap of 64), the bulk of 4000 near 0. The per-row floor (the deepest 2-nat level whose count
+# fits the cap) lists only the 30 and they decide top-p 0.5 (a cut inside their run of ties).
+gen = torch.Generator().manual_seed(5)
+x = torch.randn(4, 4500, generator=gen).clamp(-1.5, 1.5)
+order = torch.randperm(4500, generator=gen)
+x[:, order[:30]] = 10.0
+x[:, order[30:530]] = 4.0
+temps, top_p = torch.ones(2), torch.full((2,), 0.5)
+result = {}
+for keep_ties in (True, False):
+    want = du.sampling_target_probs(x, torch.ones(4), None, top_p.repeat_interleave(2), None,
+                                    keep_ties=keep_ties)
+    cut = dk.filter_rows(x, temps, None, top_p, None, 2, keep_ties=keep_ties, candidate_cap=64)
+    key = du._float_key(x)
+    index = torch.arange(4500).unsqueeze(0)
+    kept = (key > cut["cut_key"].unsqueeze(1)) | (
+        (key == cut["cut_key"].unsqueeze(1)) & (index <= cut["cut_idx"].unsqueeze(1)))
+    searched = int(cut["searched"].sum())
+    result[str(keep_ties)] = {"same_kept": torch.equal(kept, want > 0), "searched": searched,
+                              "kept": (want > 0).sum(dim=1).tolist()}
+print("FLOOR-CHECK " + json.dumps(result))
+"""
+
+
+def test_candidate_floor_fits_the_cap_where_a_fixed_floor_overflows(
+    kernel_package: Path,
+    sglang_cpu_path: str,  # noqa: F811
+) -> None:
+    """The per-row candidate floor (first-pass counts per 2-nat level) lists the 30 top tokens, not the 530
+    within 9.7 nats, so the candidates decide a top-p cut inside a run of ties without the radix search,
+    keeping sampling_target_probs' tokens under both tie rules."""
+    got = run_script(FLOOR_CHECK, "FLOOR-CHECK", kernel_package, sglang_cpu_path, interpret=True, timeout=600)
+    assert got["True"]["kept"] == [30] * 4 and got["False"]["kept"] == [16] * 4, got
+    assert all(case["same_kept"] and case["searched"] == 0 for case in got.values()), got
+
+
 COMPILE = r"""
 import json, os, sys, time
 import torch
