@@ -83,6 +83,7 @@ def test_every_ddtree_name_a_device_script_imports_exists(script: Path) -> None:
     missing = []
     for module_name, name in sorted(ddtree_imports(script.read_text(encoding="utf-8"))):
         module = importlib.import_module(module_name)
-        if not hasattr(module, name) and importlib.util.find_spec(f"{module_name}.{name}") is None:
+        package = hasattr(module, "__path__")
+        if not hasattr(module, name) and not (package and importlib.util.find_spec(f"{module_name}.{name}")):
             missing.append(f"from {module_name} import {name}")
     assert not missing, f"{script.name} imports names its modules do not define: {missing}"
