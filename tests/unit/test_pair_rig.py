@@ -699,3 +699,22 @@ def test_device_pair_train_picks_the_preset_and_expects_only_the_committed_pair(
         "--expect benchmarks/pair/results/metrics.json",
         f"-m benchmarks.pair.train --out {tmp_path / 'pair-long'} --preset h200-long",
     ]
+
+
+def test_training_runs_torch_in_strict_deterministic_mode_without_cudnn_attention() -> None:
+    """train.make_deterministic, in its own process (it sets torch's global state): strict mode (warn_only
+    would let SDPA's cuDNN backward, non-deterministic, drift a retrain as it did on the H200 on 2026-12-01)
+    and cuDNN's SDPA off. The GPU's own choice of backend is the device's to show (train.log has no
+    determinism warning); here the switches that decide it."""
+    code = (
+        "import json, torch\n"
+        "from benchmarks.pair import train\n"
+        "train.make_deterministic()\n"
+        "print(json.dumps([torch.are_deterministic_algorithms_enabled(),\n"
+        "                  torch.is_deterministic_algorithms_warn_only_enabled(),\n"
+        "                  torch.backends.cuda.cudnn_sdp_enabled()]))\n"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), str(repo / "entrypoint")])}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [True, False, False]
