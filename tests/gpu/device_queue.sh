@@ -13,7 +13,8 @@
 # shared the GPU and the CPU with the next profile).
 #
 #   smoke           the pro6000 smoke (baseline, DFLASH, DDTREE) as served by default
-#   smoke-graphs    the pro6000 smoke with the opt-in fast step on (step CUDA graphs + verify metadata kernel)
+#   smoke-graphs    the pro6000 smoke with the fast step switched on explicitly (step CUDA graphs + verify metadata
+#                   kernel; the served default since 2026-12-01, so `smoke` runs it too)
 #   stress-graphs   the stress with the same switches on
 #   smoke-graphs-tp2  the smoke at TP 2 with the fast step and its TP capture on (a two-GPU machine)
 #   smoke-splitkv   the pro6000 smoke (baseline, DFLASH, DDTREE) with the split-KV verify on (issue 26)
@@ -39,9 +40,9 @@ set -u
 export PYTHONPATH=$PWD/entrypoint:$PWD:/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out} PAIR=${PAIR:-/tmp/pair} RUNS=${RUNS:-/tmp/runs}
 TRAIN_DONE=${TRAIN_DONE:-/tmp/train.done} DEADLINE=${DEADLINE:-1200}
-PROFILE_MODES=${PROFILE_MODES:-ddtree-16,ddtree-16@graphs,dflash,dflash@graphs,none}
+PROFILE_MODES=${PROFILE_MODES:-ddtree-16,ddtree-16@eager,dflash,dflash@eager,none}
 PROFILE_CONTEXTS=${PROFILE_CONTEXTS:-256,4096}
-PAIRED_MODES=${PAIRED_MODES:-ddtree-16,ddtree-16@graphs} PAIRED_CONTEXTS=${PAIRED_CONTEXTS:-256}
+PAIRED_MODES=${PAIRED_MODES:-ddtree-16@eager,ddtree-16} PAIRED_CONTEXTS=${PAIRED_CONTEXTS:-256}
 PAIRED_ROUNDS=${PAIRED_ROUNDS:-8}
 PROFILE_MLA_MODES=${PROFILE_MLA_MODES:-ddtree-8,ddtree-8@graphs,dflash,none}
 TIMING_JOBS=" stacks profile paired options core-bench profile-mla "

@@ -60,7 +60,7 @@ def test_servers_a_job_leaves_running_are_stopped_before_the_next_job(tmp_path: 
 
 def test_paired_job_measures_its_two_modes_from_the_trained_pair(tmp_path: Path) -> None:
     """The `paired` job's command, with a stand-in python3 on PATH that records its arguments (the real job
-    needs the GPU): ddtree-16 against ddtree-16@graphs at context 256 by default, PAIRED_* override."""
+    needs the GPU): ddtree-16@eager against ddtree-16 at context 256 by default, PAIRED_* override."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python3").write_text('#!/bin/bash\necho "$*" >> "$ARGS_LOG"\n')
@@ -76,7 +76,7 @@ def test_paired_job_measures_its_two_modes_from_the_trained_pair(tmp_path: Path)
     runs = tmp_path / "runs" / "paired"
     assert log.read_text().splitlines() == [
         f"-m benchmarks.pair.paired_step --pair {tmp_path / 'pair'} --out {runs} "
-        "--paired ddtree-16,ddtree-16@graphs --contexts 256 --rounds 8",
+        "--paired ddtree-16@eager,ddtree-16 --contexts 256 --rounds 8",
         f"-m benchmarks.pair.paired_step --pair {tmp_path / 'pair'} --out {runs} "
         "--paired dflash,dflash@upstream --contexts 256,4096 --rounds 4",
     ]

@@ -627,17 +627,23 @@ def test_mode_variants_serve_with_their_switch_and_the_same_settings(monkeypatch
     monkeypatch.delenv("SGLANG_DFLASH_STEP_GRAPHS", raising=False)
     assert serve_bench.server_settings("ddtree-16@upstream") == serve_bench.server_settings("ddtree-16")
     assert serve_bench.server_settings("ddtree-16@splitkv") == serve_bench.server_settings("ddtree-16")
-    with serve_bench.step_environment("dflash@upstream"):
+    with serve_bench.step_environment("dflash@upstream"):  # SGLang's own step: every step patch's switch off
         assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "0"
         assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "0"
+        assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "0"
+        assert os.environ["SGLANG_DDTREE_FAST_METADATA"] == "0"
     with serve_bench.step_environment("ddtree-16@splitkv"):
         assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "1"
         assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "1"
-    with serve_bench.step_environment("dflash"):  # the served defaults: the opt-in switches off
+    with serve_bench.step_environment("dflash"):  # the served defaults: split-KV off, the step graphs on
         assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "1"
         assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "0"
+        assert os.environ["SGLANG_DDTREE_FAST_METADATA"] == "1"
+        assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "1"
+    with serve_bench.step_environment("dflash@eager"):
         assert os.environ["SGLANG_DDTREE_FAST_METADATA"] == "0"
         assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "0"
+        assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "1"
     with serve_bench.step_environment("ddtree-16@graphs"):
         assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "1"
         assert os.environ["SGLANG_DDTREE_FAST_METADATA"] == "1"
@@ -649,7 +655,7 @@ def test_mode_variants_serve_with_their_switch_and_the_same_settings(monkeypatch
     assert "SGLANG_DFLASH_FAST_STEP" not in os.environ
     assert "SGLANG_DDTREE_FAST_METADATA" not in os.environ
     assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "1"
-    with pytest.raises(ValueError, match=r"@fast.*known: graphs, meta, splitkv, upstream"):
+    with pytest.raises(ValueError, match=r"@fast.*known: eager, graphs, meta, splitkv, upstream"):
         serve_bench.server_settings("ddtree-16@fast")
 
 
