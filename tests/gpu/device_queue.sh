@@ -21,6 +21,9 @@
 #   stress-splitkv  the stress (retraction, aborts, stops, request options) with the split-KV verify on
 #   secrets         secrets_tiny.py: keys enforced, none shown anywhere (issue 29)
 #   mla             the smoke on the tiny Kimi-shaped MLA target (issue 32)
+#   smoke-mla-graphs  the MLA smoke with the opt-in fast step on (step CUDA graphs + verify metadata kernel)
+#   stress-mla      the stress (retraction, aborts, stops, request options, strict leak check) on the MLA target
+#   stress-mla-graphs  the MLA stress with the fast step on
 #   tree-graph      tests/gpu/test_tree_stage_graph_gpu.py: the tree stage's CUDA graphs replay the eager stage
 #                   exactly, and its host time eager vs replayed (issue 25)
 #   stacks          (timing) profile_step --stacks: host time per Python function, DDTREE-16, context 256
@@ -29,6 +32,9 @@
 #                   A,B,B,A at $PAIRED_CONTEXTS; step ms, tok/s and the per-round ratio B/A (issue 25)
 #   options         (timing) options_acceptance: acceptance with request options on the pair (issue 28)
 #   core-bench      (timing) benchmarks/ddtree_core_bench.py: the sampling kernels' goals table (issue 27)
+#   profile-mla     (timing) profile_step --smoke-arch mla over $PROFILE_MLA_MODES x $PROFILE_CONTEXTS: the tiny
+#                   MLA smoke models, served as the smoke serves them; DDTREE's own kernels' share of the step
+#   (timing jobs wait for the training to end; core-bench and profile-mla need no trained pair)
 # usage (device, repo root): OUT=/tmp/out PAIR=/tmp/pair RUNS=/tmp/runs bash tests/gpu/device_queue.sh JOB...
 set -u
 export PYTHONPATH=$PWD/entrypoint:$PWD:/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -38,11 +44,16 @@ PROFILE_MODES=${PROFILE_MODES:-ddtree-16,ddtree-16@eager,dflash,dflash@eager,non
 PROFILE_CONTEXTS=${PROFILE_CONTEXTS:-256,4096}
 PAIRED_MODES=${PAIRED_MODES:-ddtree-16@eager,ddtree-16} PAIRED_CONTEXTS=${PAIRED_CONTEXTS:-256}
 PAIRED_ROUNDS=${PAIRED_ROUNDS:-8}
-TIMING_JOBS=" stacks profile paired options core-bench "
+PROFILE_MLA_MODES=${PROFILE_MLA_MODES:-ddtree-8,ddtree-8@graphs,dflash,none}
+TIMING_JOBS=" stacks profile paired options core-bench profile-mla "
+PAIRLESS_JOBS=" core-bench profile-mla "
+GRAPHS_ENV=(SGLANG_DFLASH_STEP_GRAPHS=1 SGLANG_DDTREE_FAST_METADATA=1)
 for job in "$@"; do
   case $job in
-    smoke | smoke-graphs | stress-graphs | smoke-graphs-tp2 | smoke-splitkv | stress-splitkv | secrets | mla | tree-graph | stacks | profile | paired | options | core-bench) ;;
-    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv secrets mla tree-graph stacks profile paired options core-bench)" >&2
+    smoke | smoke-graphs | stress-graphs | smoke-graphs-tp2 | smoke-splitkv | stress-splitkv | secrets | mla | \
+      smoke-mla-graphs | stress-mla | stress-mla-graphs | tree-graph | stacks | profile | paired | options | \
+      core-bench | profile-mla) ;;
+    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv secrets mla smoke-mla-graphs stress-mla stress-mla-graphs tree-graph stacks profile paired options core-bench profile-mla)" >&2
        exit 2 ;;
   esac
 done
@@ -67,6 +78,11 @@ run_job() {
                       bash tests/gpu/device_ddtree.sh stress ;;
     secrets) timeout "$limit" env OUT="$OUT/secrets" bash tests/gpu/device_ddtree.sh secrets ;;
     mla) timeout "$limit" env DDTREE_SMOKE_ARCH=mla OUT="$OUT/mla" bash tests/gpu/device_ddtree.sh smoke ;;
+    smoke-mla-graphs) timeout "$limit" env "${GRAPHS_ENV[@]}" DDTREE_SMOKE_ARCH=mla OUT="$OUT/smoke-mla-graphs" \
+                        bash tests/gpu/device_ddtree.sh smoke ;;
+    stress-mla) timeout "$limit" env STRESS_ARGS="--arch mla" OUT="$OUT/stress-mla" bash tests/gpu/device_ddtree.sh stress ;;
+    stress-mla-graphs) timeout "$limit" env "${GRAPHS_ENV[@]}" STRESS_ARGS="--arch mla" OUT="$OUT/stress-mla-graphs" \
+                         bash tests/gpu/device_ddtree.sh stress ;;
     tree-graph) timeout "$limit" python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_tree_stage_graph_gpu.py ;;
     stacks) timeout "$limit" python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/stacks" --stacks \
               --modes ddtree-16 --contexts 256 --steps 8 ;;
@@ -77,6 +93,8 @@ run_job() {
     options) timeout "$limit" python3 -m benchmarks.pair.options_acceptance --pair "$PAIR" --out "$RUNS/options" \
                --modes none,ddtree-16 ;;
     core-bench) timeout "$limit" python3 benchmarks/ddtree_core_bench.py --json "$OUT/core_bench.json" ;;
+    profile-mla) timeout "$limit" python3 -m benchmarks.pair.profile_step --smoke-arch mla --out "$RUNS/profile-mla" \
+                   --modes "$PROFILE_MLA_MODES" --contexts "$PROFILE_CONTEXTS" ;;
   esac
 }
 
@@ -94,7 +112,7 @@ for job in "$@"; do
   if [[ $TIMING_JOBS == *" $job "* ]]; then
     while [[ ! -f $TRAIN_DONE ]] && ((SECONDS - begin < DEADLINE)); do sleep 5; done
     # the pair's last file: a training that missed its committed figures (exit 1) still leaves a pair to serve
-    if [[ $job != core-bench ]] && [[ ! -f $PAIR/eval_prompts.json ]]; then
+    if [[ $PAIRLESS_JOBS != *" $job "* ]] && [[ ! -f $PAIR/eval_prompts.json ]]; then
       echo "$job: skipped, no trained pair in $PAIR" >> "$status"
       continue
     fi
