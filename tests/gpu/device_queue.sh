@@ -21,9 +21,12 @@
 #   stress-splitkv  the stress (retraction, aborts, stops, request options) with the split-KV verify on
 #   secrets         secrets_tiny.py: keys enforced, none shown anywhere (issue 29)
 #   mla             the smoke on the tiny Kimi-shaped MLA target (issue 32)
-#   smoke-mla-graphs  the MLA smoke with the opt-in fast step on (step CUDA graphs + verify metadata kernel)
+#   smoke-mla-graphs  the MLA smoke with the fast step switched on explicitly (step CUDA graphs + verify metadata
+#                   kernel, the served default since 2026-12-01)
 #   stress-mla      the stress (retraction, aborts, stops, request options, strict leak check) on the MLA target
 #   stress-mla-graphs  the MLA stress with the fast step on
+#   steps           ddtree_step_checks.py: every host sync torch's sync debug mode sees inside DDTREE steps, and
+#                   first vs second request latency per sampling kind (issue 25)
 #   tree-graph      tests/gpu/test_tree_stage_graph_gpu.py: the tree stage's CUDA graphs replay the eager stage
 #                   exactly, and its host time eager vs replayed (issue 25)
 #   stacks          (timing) profile_step --stacks: host time per Python function, DDTREE-16, context 256
@@ -44,16 +47,16 @@ PROFILE_MODES=${PROFILE_MODES:-ddtree-16,ddtree-16@eager,dflash,dflash@eager,non
 PROFILE_CONTEXTS=${PROFILE_CONTEXTS:-256,4096}
 PAIRED_MODES=${PAIRED_MODES:-ddtree-16@eager,ddtree-16} PAIRED_CONTEXTS=${PAIRED_CONTEXTS:-256}
 PAIRED_ROUNDS=${PAIRED_ROUNDS:-8}
-PROFILE_MLA_MODES=${PROFILE_MLA_MODES:-ddtree-8,ddtree-8@graphs,dflash,none}
+PROFILE_MLA_MODES=${PROFILE_MLA_MODES:-ddtree-8,ddtree-8@eager,dflash,none}
 TIMING_JOBS=" stacks profile paired options core-bench profile-mla "
 PAIRLESS_JOBS=" core-bench profile-mla "
 GRAPHS_ENV=(SGLANG_DFLASH_STEP_GRAPHS=1 SGLANG_DDTREE_FAST_METADATA=1)
 for job in "$@"; do
   case $job in
     smoke | smoke-graphs | stress-graphs | smoke-graphs-tp2 | smoke-splitkv | stress-splitkv | secrets | mla | \
-      smoke-mla-graphs | stress-mla | stress-mla-graphs | tree-graph | stacks | profile | paired | options | \
+      smoke-mla-graphs | stress-mla | stress-mla-graphs | steps | tree-graph | stacks | profile | paired | options | \
       core-bench | profile-mla) ;;
-    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv secrets mla smoke-mla-graphs stress-mla stress-mla-graphs tree-graph stacks profile paired options core-bench profile-mla)" >&2
+    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv secrets mla smoke-mla-graphs stress-mla stress-mla-graphs steps tree-graph stacks profile paired options core-bench profile-mla)" >&2
        exit 2 ;;
   esac
 done
@@ -83,6 +86,7 @@ run_job() {
     stress-mla) timeout "$limit" env STRESS_ARGS="--arch mla" OUT="$OUT/stress-mla" bash tests/gpu/device_ddtree.sh stress ;;
     stress-mla-graphs) timeout "$limit" env "${GRAPHS_ENV[@]}" STRESS_ARGS="--arch mla" OUT="$OUT/stress-mla-graphs" \
                          bash tests/gpu/device_ddtree.sh stress ;;
+    steps) timeout "$limit" env OUT="$OUT/steps" bash tests/gpu/device_ddtree.sh steps ;;
     tree-graph) timeout "$limit" python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_tree_stage_graph_gpu.py ;;
     stacks) timeout "$limit" python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/stacks" --stacks \
               --modes ddtree-16 --contexts 256 --steps 8 ;;
