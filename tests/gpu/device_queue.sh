@@ -35,9 +35,11 @@
 #                   A,B,B,A at $PAIRED_CONTEXTS; step ms, tok/s and the per-round ratio B/A (issue 25)
 #   options         (timing) options_acceptance: acceptance with request options on the pair (issue 28)
 #   core-bench      (timing) benchmarks/ddtree_core_bench.py: the sampling kernels' goals table (issue 27)
+#   verify-bench    (timing) device_ddtree.sh verify: the split-KV verify attention's GPU tests, its kernel table
+#                   against context 256..32768 beside the decode kernel, and the verify metadata bench (issue 26)
 #   profile-mla     (timing) profile_step --smoke-arch mla over $PROFILE_MLA_MODES x $PROFILE_CONTEXTS: the tiny
 #                   MLA smoke models, served as the smoke serves them; DDTREE's own kernels' share of the step
-#   (timing jobs wait for the training to end; core-bench and profile-mla need no trained pair)
+#   (timing jobs wait for the training to end; core-bench, verify-bench and profile-mla need no trained pair)
 # usage (device, repo root): OUT=/tmp/out PAIR=/tmp/pair RUNS=/tmp/runs bash tests/gpu/device_queue.sh JOB...
 set -u
 export PYTHONPATH=$PWD/entrypoint:$PWD:/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -48,15 +50,15 @@ PROFILE_CONTEXTS=${PROFILE_CONTEXTS:-256,4096}
 PAIRED_MODES=${PAIRED_MODES:-ddtree-16@eager,ddtree-16} PAIRED_CONTEXTS=${PAIRED_CONTEXTS:-256}
 PAIRED_ROUNDS=${PAIRED_ROUNDS:-8}
 PROFILE_MLA_MODES=${PROFILE_MLA_MODES:-ddtree-8,ddtree-8@eager,dflash,none}
-TIMING_JOBS=" stacks profile paired options core-bench profile-mla "
-PAIRLESS_JOBS=" core-bench profile-mla "
+TIMING_JOBS=" stacks profile paired options core-bench verify-bench profile-mla "
+PAIRLESS_JOBS=" core-bench verify-bench profile-mla "
 GRAPHS_ENV=(SGLANG_DFLASH_STEP_GRAPHS=1 SGLANG_DDTREE_FAST_METADATA=1)
 for job in "$@"; do
   case $job in
     smoke | smoke-graphs | stress-graphs | smoke-graphs-tp2 | smoke-splitkv | stress-splitkv | secrets | mla | \
       smoke-mla-graphs | stress-mla | stress-mla-graphs | steps | tree-graph | stacks | profile | paired | options | \
-      core-bench | profile-mla) ;;
-    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv secrets mla smoke-mla-graphs stress-mla stress-mla-graphs steps tree-graph stacks profile paired options core-bench profile-mla)" >&2
+      core-bench | verify-bench | profile-mla) ;;
+    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv secrets mla smoke-mla-graphs stress-mla stress-mla-graphs steps tree-graph stacks profile paired options core-bench verify-bench profile-mla)" >&2
        exit 2 ;;
   esac
 done
@@ -97,6 +99,7 @@ run_job() {
     options) timeout "$limit" python3 -m benchmarks.pair.options_acceptance --pair "$PAIR" --out "$RUNS/options" \
                --modes none,ddtree-16 ;;
     core-bench) timeout "$limit" python3 benchmarks/ddtree_core_bench.py --json "$OUT/core_bench.json" ;;
+    verify-bench) timeout "$limit" env OUT="$OUT/verify-bench" bash tests/gpu/device_ddtree.sh verify ;;
     profile-mla) timeout "$limit" python3 -m benchmarks.pair.profile_step --smoke-arch mla --out "$RUNS/profile-mla" \
                    --modes "$PROFILE_MLA_MODES" --contexts "$PROFILE_CONTEXTS" ;;
   esac

@@ -86,7 +86,8 @@ def test_paired_job_measures_its_two_modes_from_the_trained_pair(tmp_path: Path)
 def test_mla_jobs_run_the_smoke_stress_and_profile_on_the_mla_target_with_their_switches(
     tmp_path: Path,
 ) -> None:
-    """The MLA jobs' commands (issue 32) and the sync-debug `steps` job (issue 25), through device_ddtree.sh,
+    """The MLA jobs' commands (issue 32), the sync-debug `steps` job (issue 25) and `verify-bench` (issue 26),
+    through device_ddtree.sh,
     with a stand-in python3 on PATH that records its arguments and the switches it was given (the real jobs
     need the GPU). profile-mla is a timing job that needs no trained pair: it waits for the training, then
     runs without $PAIR."""
@@ -99,7 +100,15 @@ def test_mla_jobs_run_the_smoke_stress_and_profile_on_the_mla_target_with_their_
     (bin_dir / "python3").chmod(0o755)
     (tmp_path / "train.done").write_text("0\n")
     log = tmp_path / "args.txt"
-    jobs = ("mla", "smoke-mla-graphs", "stress-mla", "stress-mla-graphs", "profile-mla", "steps")
+    jobs = (
+        "mla",
+        "smoke-mla-graphs",
+        "stress-mla",
+        "stress-mla-graphs",
+        "profile-mla",
+        "steps",
+        "verify-bench",
+    )
     done = run_queue(tmp_path, *jobs, PATH=f"{bin_dir}:{os.environ['PATH']}", ARGS_LOG=str(log))
     assert done.returncode == 0, done.stderr
     calls = [line for line in log.read_text().splitlines() if "patchset" not in line]
@@ -113,6 +122,11 @@ def test_mla_jobs_run_the_smoke_stress_and_profile_on_the_mla_target_with_their_
         f"arch= graphs= meta= -m benchmarks.pair.profile_step --smoke-arch mla --out {runs / 'profile-mla'}"
         " --modes ddtree-8,ddtree-8@eager,dflash,none --contexts 256,4096",
         f"arch= graphs= meta= tests/gpu/ddtree_step_checks.py --out {out / 'steps'}",
+        "arch= graphs= meta= -m pytest -q -s -p no:cacheprovider tests/gpu/test_verify_attention_gpu.py",
+        "arch= graphs= meta= benchmarks/verify_attention_bench.py --splits 4 8 16 32 64 --json"
+        f" {out / 'verify-bench' / 'verify_attention_bench.json'}",
+        "arch= graphs= meta= benchmarks/verify_metadata_bench.py --sglang /tmp/site --json"
+        f" {out / 'verify-bench' / 'verify_metadata_bench.json'}",
     ]
     status = (out / "queue" / "status.txt").read_text()
     assert all(f"{job}: exit 0 after" in status for job in jobs), status
