@@ -87,10 +87,9 @@ def test_mla_jobs_run_the_smoke_stress_and_profile_on_the_mla_target_with_their_
     tmp_path: Path,
 ) -> None:
     """The MLA jobs' commands (issue 32), the sync-debug `steps` job (issue 25) and `verify-bench` (issue 26),
-    through device_ddtree.sh,
-    with a stand-in python3 on PATH that records its arguments and the switches it was given (the real jobs
-    need the GPU). profile-mla is a timing job that needs no trained pair: it waits for the training, then
-    runs without $PAIR."""
+    through device_ddtree.sh, with a stand-in python3 on PATH that records its arguments and the switches it
+    was given (the real jobs need the GPU). profile-mla is a timing job that needs no trained pair: it waits
+    for the training, then runs without $PAIR."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python3").write_text(
