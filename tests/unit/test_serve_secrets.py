@@ -356,6 +356,20 @@ def test_config_with_equals_is_read_like_the_separate_token(tmp_path: Path, with
         assert not [a for a in args if a.startswith("--config=")]
 
 
+@pytest.mark.parametrize(
+    "text", [f"api-key: {API_KEY}: x\n", f'admin-api-key: "{ADMIN_KEY}\n', f"ssl-keyfile-password: [{PW}\n"]
+)
+def test_a_malformed_config_file_is_refused_without_showing_its_secret(tmp_path: Path, text: str) -> None:
+    """PyYAML's message quotes the line it failed on; the one-line error keeps the position only."""
+    config = tmp_path / "server.yaml"
+    config.write_text(text)
+    with pytest.raises(UserError) as caught:
+        _plan(tmp_path, ["--config", str(config)])
+    message = str(caught.value)
+    assert message.startswith(f"{config}: not valid YAML (") and " at line " in message
+    assert API_KEY not in message and ADMIN_KEY not in message and PW not in message
+
+
 def test_the_full_prefix_list_is_sglangs(sglang_cpu_path: str) -> None:  # noqa: F811
     """The real parser of the patched 0.5.13.post1: every SGLang option that is a proper prefix of a guarded
     one is in FULL_PREFIX_FLAGS, and every other prefix of a guarded option (from `--` plus one letter)
