@@ -13,8 +13,8 @@ over every process, /proc/PID/environ) and every line it and `ddtree serve` logg
   the memfd link) and logs `f"{server_args=}"` with SGLang's logger exactly as engine.py:787 does at
   start-up, so the log line is the one SGLang would print; then the real patched scheduler's
   get/set_internal_state (on a stand-in scheduler with no model), the /server_info handler and the
-  tokenizer manager's request dump. The user key, the admin key (from a `--config=PATH` file), the SSL
-  key password and an HF token are searched in argv, environments, logs, answers and the dump file.
+  tokenizer manager's request and crash dumps. The user key, the admin key (from a `--config=PATH` file),
+  the SSL key password and an HF token are searched in argv, environments, logs, answers and the dumps.
 - The spelling tests: abbreviations of secret options and of --config are refused (checked against the
   real parser's option list), `--config=PATH` is read like `--config PATH`.
 """
@@ -76,9 +76,9 @@ exec(compile(open(_init).read(), _init, "exec"))
 REAL_LAUNCH = '''\
 """STAND-IN launch_server over the real sglang: the real prepare_server_args, then engine.py's log line,
 then the real (patched) scheduler's get_internal_state and set_internal_state (on a stand-in scheduler:
-no model), the real /server_info handler and the real tokenizer manager's request dump, each compiled from
-its module's source on its own (importing http_server or tokenizer_manager needs uvloop) with stand-ins for
-what they read besides the real ServerArgs."""
+no model), the real /server_info handler and the real tokenizer manager's request and crash dumps, each
+compiled from its module's source on its own (importing http_server or tokenizer_manager needs uvloop) with
+stand-ins for what they read besides the real ServerArgs."""
 import ast, asyncio, dataclasses, hashlib, json, logging, os, pickle, signal, sys, time, types
 import sglang
 from sglang.srt import server_args as sa
@@ -138,6 +138,15 @@ async def write_dump():
         await asyncio.sleep(0.05)
     await asyncio.sleep(0.2)
 asyncio.run(write_dump())
+crash_dump = compiled("managers/tokenizer_manager.py", "dump_requests_before_crash", {
+    "os": os, "socket": __import__("socket"), "sys": sys, "pickle": pickle,
+    "logger": logging.getLogger("dump"), "datetime": __import__("datetime").datetime,
+    "envs": NS(SGLANG_PYSPY_DUMP_BEFORE_CRASH=NS(get=lambda: False),
+               SGLANG_CUDA_COREDUMP_BEFORE_CRASH=NS(get=lambda: False)),
+    "secret_free_server_args": getattr(sa, "secret_free_server_args", lambda s: s)})
+crash_dump(NS(server_args=server_args, crash_dump_folder=os.environ["CRASH_DUMP_DIR"],
+              crash_dump_performed=False, rid_to_state={},
+              crash_dump_request_list=[({"text": "hi"}, {"text": "!"}, 0.0, 1.0)]), "host")
 print("READY", os.getpid(), flush=True)
 time.sleep(120)
 '''
@@ -275,7 +284,9 @@ def test_real_sglang_reads_the_keys_and_does_not_log_them(
     dump_file = tmp_path / "dumps" / "requests.pkl"
     labels = {"io.ddtree.target": "pro6000", "io.ddtree.tree.sha256": "c" * 64}
     (tmp_path / "image-labels.json").write_text(json.dumps(labels))
+    crash_dir = tmp_path / "crash-dumps"
     env.update(HF_TOKEN=HF_TOKEN, DUMP_FILE=str(dump_file), DDTREE_SERVED_TREE_SHA256="d" * 64)
+    env["CRASH_DUMP_DIR"] = str(crash_dir)
     env["TEST_IMAGE_LABELS"] = str(tmp_path / "image-labels.json")
     secrets = (API_KEY, ADMIN_KEY, PW, HF_TOKEN)
     proc, log = _run_until_ready(env, timeout=600, after=("--ssl-keyfile-password", PW))
@@ -303,6 +314,10 @@ def test_real_sglang_reads_the_keys_and_does_not_log_them(
         _assert_no_secret_anywhere(proc, log, secrets)
         dumped = dump_file.read_bytes()
         assert b"server_args" in dumped and not [s for s in secrets if s.encode() in dumped]
+        (crashed,) = (crash_dir / "host").glob("crash_dump_*.pkl")  # with the launch command (sys.argv)
+        crash = crashed.read_bytes()
+        assert b"server_args" in crash and b"launch_command" in crash
+        assert not [s for s in secrets if s.encode() in crash]
     finally:
         log += _stop(proc)
     assert not [line for line in log for s in secrets if s in line]
