@@ -8,7 +8,9 @@ path runs for real on the GPU, as a user starts it:
     ddtree serve   (DDTREE_API_KEY_FILE = the user key, HF_TOKEN in its environment,
                     -- --admin-api-key ADMIN and the tiny models with the smoke test's DDTREE flags)
     ddtree router  (DDTREE_REPLICAS = that server, DDTREE_API_KEY_FILE = the user key), if sglang-router is
-                   installed here (it is in the image; the staged wheels may lack it: then said, not run)
+                   installed here (it is in the image; the device's staged wheels have it only when it was
+                   staged beside them, tests/gpu/README.md step 1: otherwise said, not run, and the router
+                   is covered by tests/unit/test_router_secrets.py on the CPU alone)
 
 Then, with the keys: POST /configure_logging (admin key) turns request dumps on (threshold 1), one /generate
 through the router (else the server), `ddtree selfcheck --live` writes a receipt. The keys must work: a

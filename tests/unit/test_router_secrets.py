@@ -4,6 +4,9 @@ Real: `ddtree router` and the pinned sglang-router (requirements/dev.txt) it exe
 bench_double server (a TEST DOUBLE of SGLang: real HTTP, SGLang's JSON shapes), because a real replica
 needs eight GPUs and the 600 GB model. While the router runs, its argv (/proc/PID/cmdline and `ps` over
 every process), its environment (/proc/PID/environ) and its whole log are searched for the key.
+The router itself needs no GPU, so this CPU test is where every run checks it; the device's `secrets` job
+(tests/gpu/secrets_tiny.py) runs it in front of the real GPU server only when sglang-router was staged there
+(tests/gpu/README.md, step 1), and said "the router part is not run" on the H200 on 2026-12-01.
 """
 
 from __future__ import annotations
