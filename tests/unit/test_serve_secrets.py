@@ -307,6 +307,14 @@ def test_real_sglang_reads_the_keys_and_does_not_log_them(
         for name in ("api_key", "admin_api_key", "ssl_keyfile_password"):
             assert name not in served and name not in served["internal_states"][0] and name not in answer
         assert dump_file.stat().st_size > 0
+        # the in-memory config is closed and its link removed once SGLang has merged it (secret-args-repr)
+        link = next(
+            a for a in Path(f"/proc/{proc.pid}/cmdline").read_text().split("\0") if a.endswith(".yaml")
+        )
+        assert link.endswith("server-config.yaml") and not os.path.lexists(link)
+        assert not Path(link).parent.exists()
+        open_files = [os.readlink(fd) for fd in Path(f"/proc/{proc.pid}/fd").iterdir() if fd.is_symlink()]
+        assert open_files and not [f for f in open_files if f.startswith("/memfd:")]
         # a receipt records the server's settings from that answer
         document = receipt.build("live", server=server_settings(served), figures={}, greedy={}, checks=[],
                                  verdict="REPRODUCED", image={}, host={})  # fmt: skip
