@@ -11,6 +11,7 @@ The router itself needs no GPU, so this CPU test is where every run checks it; t
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -65,6 +66,7 @@ def test_router_key_reaches_the_replica_but_no_argv_environment_or_log(tmp_path:
             Client(url, timeout=10.0, api_key=KEY).post_json("/generate", request)
             cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode()
             environ = Path(f"/proc/{proc.pid}/environ").read_bytes().decode(errors="replace")
+            open_files = [os.readlink(fd) for fd in Path(f"/proc/{proc.pid}/fd").iterdir()]
             ps = subprocess.run(["ps", "-eo", "pid,args", "--width", "99999"], capture_output=True, text=True)
         finally:
             stop_process(proc)
@@ -72,6 +74,9 @@ def test_router_key_reaches_the_replica_but_no_argv_environment_or_log(tmp_path:
     assert f"Bearer {KEY}" in replica.authorizations  # the router got the key and sent it on
     assert KEY not in cmdline and KEY not in ps.stdout
     assert KEY not in environ and "DDTREE_API_KEY" not in environ  # neither variable is inherited
+    assert open_files and not [
+        f for f in open_files if f.startswith("/memfd:")
+    ]  # the key's memfd: read, closed
     assert KEY not in log_path.read_text()
 
 
