@@ -93,6 +93,34 @@ def test_router_refuses_a_secret_option_in_any_spelling(spelling: str) -> None:
         router_cmd.router_command({"DDTREE_REPLICAS": "http://gpu-1:30000"}, [spelling, "leak-1234"])
 
 
+@pytest.mark.parametrize(
+    ("spelling", "instead"),
+    [("--oracle-password", "ATP_PASSWORD"), ("--oracle-passw=x", "ATP_PASSWORD"),
+     ("--postgres-db-url", "POSTGRES_DB_URL"), ("--redis-u", "REDIS_URL")],
+)  # fmt: skip
+def test_the_history_backends_secrets_are_refused_naming_their_variable(spelling: str, instead: str) -> None:
+    """sglang-router 0.3.2's own parser reads these from the router's environment, which only it sees."""
+    with pytest.raises(UserError) as caught:
+        router_cmd.router_command({"DDTREE_REPLICAS": "http://gpu-1:30000"}, [spelling, "pw-0123456789"])
+    assert instead in str(caught.value) and "pw-0123456789" not in str(caught.value)
+
+
+def test_the_refused_router_options_are_the_real_routers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each is an option of the pinned sglang-router's own parser; the history backends' take their default
+    from the environment variable the refusal names."""
+    from sglang_router.launch_router import parse_router_args
+
+    urls = ["--worker-urls", "http://gpu-1:30000"]
+    for flag, instead in router_cmd.ROUTER_SECRET_FLAGS.items():
+        field = flag[2:].replace("-", "_")
+        assert hasattr(parse_router_args(urls), field), flag
+        variable = next(w for w in instead.split() if w.isupper() and "_" in w)
+        if variable.startswith("DDTREE_"):
+            continue  # the replicas' key: handed over in memory by ddtree.router.launch
+        monkeypatch.setenv(variable, "from-the-environment")
+        assert getattr(parse_router_args(urls), field) == "from-the-environment", flag
+
+
 def test_a_replica_url_with_a_password_is_refused_without_printing_it() -> None:
     with pytest.raises(UserError) as caught:
         router_cmd.router_command(
