@@ -116,6 +116,8 @@ async def states():
 manager = NS(server_args=server_args, get_internal_state=states)
 from ddtree import image_identity  # the stand-in's image: the labels file the test wrote
 image_identity.LABEL_FILES = (__import__("pathlib").Path(os.environ["TEST_IMAGE_LABELS"]),)
+# what `ddtree serve`'s tree step exports in an image (here there is no baked tree to measure)
+os.environ[image_identity.SERVED_TREE_ENV] = os.environ["TEST_MEASURED_TREE"]
 try:
     ddtree_image = compiled("entrypoints/http_server.py", "_ddtree_image", {})
 except StopIteration:  # a series without the patch ddtree-served-identity
@@ -236,6 +238,7 @@ def test_api_key_never_on_a_command_line(tmp_path: Path) -> None:
     (fake / "sglang" / "__init__.py").write_text("")
     (fake / "sglang" / "launch_server.py").write_text(STAND_IN)
     env = _serve_env(tmp_path, [str(fake)], "--log-level info")
+    env["DDTREE_SERVED_TREE_SHA256"] = "e" * 64  # inherited, not measured: must not reach the server
     proc, log = _run_until_ready(env, timeout=120)  # a loaded 2-core machine
     try:
         assert f"api-key sha256 {_sha(API_KEY)}" in log  # the server got the key from the file
@@ -246,6 +249,7 @@ def test_api_key_never_on_a_command_line(tmp_path: Path) -> None:
                     if arg.endswith("server-config.yaml"))  # fmt: skip
         assert os.readlink(link).startswith(f"/proc/{proc.pid}/fd/")  # memory only: no copy on disk
         assert link.parent.stat().st_mode & 0o777 == 0o700
+        assert "DDTREE_SERVED_TREE_SHA256" not in Path(f"/proc/{proc.pid}/environ").read_text()
     finally:
         log += _stop(proc)
     assert not [line for line in log if API_KEY in line or ADMIN_KEY in line]
@@ -285,7 +289,7 @@ def test_real_sglang_reads_the_keys_and_does_not_log_them(
     labels = {"io.ddtree.target": "pro6000", "io.ddtree.tree.sha256": "c" * 64}
     (tmp_path / "image-labels.json").write_text(json.dumps(labels))
     crash_dir = tmp_path / "crash-dumps"
-    env.update(HF_TOKEN=HF_TOKEN, DUMP_FILE=str(dump_file), DDTREE_SERVED_TREE_SHA256="d" * 64)
+    env.update(HF_TOKEN=HF_TOKEN, DUMP_FILE=str(dump_file), TEST_MEASURED_TREE="d" * 64)
     env["CRASH_DUMP_DIR"] = str(crash_dir)
     env["TEST_IMAGE_LABELS"] = str(tmp_path / "image-labels.json")
     secrets = (API_KEY, ADMIN_KEY, PW, HF_TOKEN)
