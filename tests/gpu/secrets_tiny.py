@@ -8,13 +8,16 @@ path runs for real on the GPU, as a user starts it:
     ddtree serve   (DDTREE_API_KEY_FILE = the user key, HF_TOKEN in its environment,
                     -- --admin-api-key ADMIN and the tiny models with the smoke test's DDTREE flags)
     ddtree router  (DDTREE_REPLICAS = that server, DDTREE_API_KEY_FILE = the user key), if sglang-router is
-                   installed here (it is in the image; the staged wheels may lack it: then said, not run)
+                   installed here (it is in the image; the device's staged wheels have it only when it was
+                   staged beside them, tests/gpu/README.md step 1: otherwise said, not run, and the router
+                   is covered by tests/unit/test_router_secrets.py on the CPU alone)
 
 Then, with the keys: POST /configure_logging (admin key) turns request dumps on (threshold 1), one /generate
 through the router (else the server), `ddtree selfcheck --live` writes a receipt. The keys must work: a
 request without the key is refused (401), the admin route refuses the user key. Searched for each secret
-(user key, admin key, HF token): /server_info and /get_server_info (both keys), /proc/PID/cmdline and
-/proc/PID/environ of every process of the server's and the router's sessions, `ps` over the machine, the
+(user key, admin key, HF token): /server_info and /get_server_info (both keys), /proc/PID/cmdline,
+/proc/PID/environ and every open in-memory file (/proc/PID/fd, memfd) of every process of the server's and
+the router's sessions, `ps` over the machine, the
 server, router and selfcheck logs, the request dumps, the receipt and the checkout's Dockerfile. The SSL key
 password is covered on the CPU (real parser, log line, /server_info): a TLS server here would need
 certificates the router trusts.
@@ -60,6 +63,26 @@ def session_processes(session_ids: Iterable[int]) -> dict[int, tuple[bytes, byte
             found[int(entry.name)] = ((entry / "cmdline").read_bytes(), (entry / "environ").read_bytes())
         except (OSError, ProcessLookupError):
             continue  # gone meanwhile, or not ours to read
+    return found
+
+
+def memfd_places(session_ids: Iterable[int]) -> dict[str, bytes]:
+    """What each in-memory file (memfd) open in those sessions holds: `ddtree serve` hands the keys to the
+    server in one, which the patch secret-args-repr closes once SGLang has read it."""
+    found: dict[str, bytes] = {}
+    for pid in session_processes(session_ids):
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+                if target.startswith("/memfd:"):
+                    with fd.open("rb") as held:  # a config or a key is small; other memfds may be large
+                        found[f"{fd} ({target})"] = held.read(1 << 20)
+            except OSError:
+                continue  # closed meanwhile
     return found
 
 
@@ -256,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         for pid, (cmdline, environ) in session_processes(sessions).items():
             places[f"/proc/{pid}/cmdline"] = cmdline
             places[f"/proc/{pid}/environ"] = environ
+        places.update(memfd_places(sessions))
         places["ps -eo args"] = subprocess.run(["ps", "-eo", "pid,args", "--width", "99999"],
                                                capture_output=True).stdout  # fmt: skip
         if not list(dumps.rglob("*")):

@@ -1,5 +1,6 @@
 """The device `secrets` mode's search (tests/gpu/secrets_tiny.py) finds what it must: a secret on a
-process's argv or in its environment, anywhere in its session, and in files; nothing in clean ones.
+process's argv, in its environment or in an in-memory file it holds open (memfd), anywhere in its session,
+and in files; nothing in clean ones.
 The processes are real (sleep, in a session of their own, as the server's workers are)."""
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ def test_the_search_finds_argv_environment_children_and_files(tmp_path: Path) ->
     child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {sleeper!r}, {key!r}])"
     leader = _session([sys.executable, "-c", child], {**os.environ, "HF_TOKEN": token})
     clean = _session(["sleep", "30"], {"PATH": os.environ["PATH"]})
+    holds = f"import os, time; fd = os.memfd_create('server-config.yaml', 0); os.write(fd, {key.encode()!r})"
+    holder = _session([sys.executable, "-c", holds + "; time.sleep(30)"],
+                      {"PATH": os.environ["PATH"]})  # fmt: skip
     try:
         deadline = time.monotonic() + 20
         found: dict[int, tuple[bytes, bytes]] = {}
@@ -41,9 +45,17 @@ def test_the_search_finds_argv_environment_children_and_files(tmp_path: Path) ->
         assert sum("LEAK user key in /proc/" in ln and "cmdline" in ln for ln in lines) == 2  # both argv
         assert sum("LEAK HF token in /proc/" in ln and "environ" in ln for ln in lines) == 2  # both inherit
         assert "LEAK user key in file dumps/requests.pkl" in lines
+        held: dict[str, bytes] = {}
+        while time.monotonic() < deadline and not held:
+            held = secrets_tiny.memfd_places([holder.pid])
+            time.sleep(0.1)
+        (line,) = secrets_tiny.leaks(held)
+        assert (
+            line.startswith(f"LEAK user key in /proc/{holder.pid}/fd/") and "memfd:server-config.yaml" in line
+        )
         quiet = secrets_tiny.session_processes([clean.pid])
         assert quiet and secrets_tiny.leaks({f"/proc/{p}/environ": e for p, (_, e) in quiet.items()}) == []
     finally:
-        for proc in (leader, clean):
+        for proc in (leader, clean, holder):
             os.killpg(proc.pid, 9)
             proc.wait()

@@ -4,10 +4,14 @@ Real: `ddtree router` and the pinned sglang-router (requirements/dev.txt) it exe
 bench_double server (a TEST DOUBLE of SGLang: real HTTP, SGLang's JSON shapes), because a real replica
 needs eight GPUs and the 600 GB model. While the router runs, its argv (/proc/PID/cmdline and `ps` over
 every process), its environment (/proc/PID/environ) and its whole log are searched for the key.
+The router itself needs no GPU, so this CPU test is where every run checks it; the device's `secrets` job
+(tests/gpu/secrets_tiny.py) runs it in front of the real GPU server only when sglang-router was staged there
+(tests/gpu/README.md, step 1), and said "the router part is not run" on the H200 on 2026-12-01.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -62,6 +66,7 @@ def test_router_key_reaches_the_replica_but_no_argv_environment_or_log(tmp_path:
             Client(url, timeout=10.0, api_key=KEY).post_json("/generate", request)
             cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode()
             environ = Path(f"/proc/{proc.pid}/environ").read_bytes().decode(errors="replace")
+            open_files = [os.readlink(fd) for fd in Path(f"/proc/{proc.pid}/fd").iterdir()]
             ps = subprocess.run(["ps", "-eo", "pid,args", "--width", "99999"], capture_output=True, text=True)
         finally:
             stop_process(proc)
@@ -69,6 +74,9 @@ def test_router_key_reaches_the_replica_but_no_argv_environment_or_log(tmp_path:
     assert f"Bearer {KEY}" in replica.authorizations  # the router got the key and sent it on
     assert KEY not in cmdline and KEY not in ps.stdout
     assert KEY not in environ and "DDTREE_API_KEY" not in environ  # neither variable is inherited
+    assert open_files and not [
+        f for f in open_files if f.startswith("/memfd:")
+    ]  # the key's memfd: read, closed
     assert KEY not in log_path.read_text()
 
 
@@ -83,6 +91,34 @@ def test_router_refuses_a_secret_option_in_any_spelling(spelling: str) -> None:
     assert "DDTREE_API_KEY" in str(caught.value) and "leak-1234" not in str(caught.value)
     with pytest.raises(UserError):
         router_cmd.router_command({"DDTREE_REPLICAS": "http://gpu-1:30000"}, [spelling, "leak-1234"])
+
+
+@pytest.mark.parametrize(
+    ("spelling", "instead"),
+    [("--oracle-password", "ATP_PASSWORD"), ("--oracle-passw=x", "ATP_PASSWORD"),
+     ("--postgres-db-url", "POSTGRES_DB_URL"), ("--redis-u", "REDIS_URL")],
+)  # fmt: skip
+def test_the_history_backends_secrets_are_refused_naming_their_variable(spelling: str, instead: str) -> None:
+    """sglang-router 0.3.2's own parser reads these from the router's environment, which only it sees."""
+    with pytest.raises(UserError) as caught:
+        router_cmd.router_command({"DDTREE_REPLICAS": "http://gpu-1:30000"}, [spelling, "pw-0123456789"])
+    assert instead in str(caught.value) and "pw-0123456789" not in str(caught.value)
+
+
+def test_the_refused_router_options_are_the_real_routers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each is an option of the pinned sglang-router's own parser; the history backends' take their default
+    from the environment variable the refusal names."""
+    from sglang_router.launch_router import parse_router_args
+
+    urls = ["--worker-urls", "http://gpu-1:30000"]
+    for flag, instead in router_cmd.ROUTER_SECRET_FLAGS.items():
+        field = flag[2:].replace("-", "_")
+        assert hasattr(parse_router_args(urls), field), flag
+        variable = next(w for w in instead.split() if w.isupper() and "_" in w)
+        if variable.startswith("DDTREE_"):
+            continue  # the replicas' key: handed over in memory by ddtree.router.launch
+        monkeypatch.setenv(variable, "from-the-environment")
+        assert getattr(parse_router_args(urls), field) == "from-the-environment", flag
 
 
 def test_a_replica_url_with_a_password_is_refused_without_printing_it() -> None:

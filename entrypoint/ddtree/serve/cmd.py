@@ -64,6 +64,7 @@ import argparse
 import os
 import sys
 
+from ddtree import image_identity
 from ddtree.serve import jit_cache
 from ddtree.serve.launch import plan
 from ddtree.serve.preflight import preflight
@@ -98,6 +99,9 @@ def run(args: argparse.Namespace) -> int:
     for name in launch.unset:
         os.environ.pop(name, None)
     command = launch.server_command(write_server_config(launch.user_config, launch.secrets))
+    # Only the tree this process measured reaches the server's /server_info: an inherited value (an image
+    # built FROM this one, with the tree check skipped) would name files that were not measured.
+    os.environ.pop(image_identity.SERVED_TREE_ENV, None)
     os.environ.update(launch.environment)
     for name in SECRET_ENV:  # consumed: the server and its workers do not inherit them
         os.environ.pop(name, None)
