@@ -2,14 +2,14 @@
 
 Real here: the table, the reference walk and distribution, the checkpoint the stress serves (smoke's real
 writer, then the table's LM head) read back by transformers' Qwen3ForCausalLM on CPU (an independent
-implementation of the architecture). SGLang's own penalizers are not run here: on the device the stress
-judges plain decoding's outputs against this reference ("options: plain decoding's N/N outputs are the
-crafted table's exact greedy walk"); tests/unit/test_ddtree_request_options.py holds the patch to SGLang's
-penalizers."""
+implementation of the architecture), and the reference against SGLang's own penalizers in the CPU SGLang
+environment (options_target_probe.py). On the device the stress judges plain decoding's outputs against the
+same reference ("options: plain decoding's N/N outputs are the crafted table's exact greedy walk")."""
 
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -18,9 +18,11 @@ from ddtree.smoke import models as smoke_models
 
 from tests.gpu import options_target as ot
 from tests.gpu import stress_ddtree as stress
+from tests.unit.test_ddtree_sglang import run_probe, sglang_cpu_path  # noqa: F401  (fixture)
 
 SEED = smoke_models.SmokeSettings().seed
 TABLE = ot.options_table(SEED)
+PROBE = Path(__file__).with_name("options_target_probe.py")
 
 
 @pytest.mark.parametrize("case", ot.OPTION_CASES, ids=[c[0] for c in ot.OPTION_CASES])
@@ -101,3 +103,15 @@ def test_write_logit_table_of_the_ladder_is_smokes_own_head(tmp_path: Path) -> N
     after = safetensors.load_file(str(target / "model.safetensors"))
     assert before.keys() == after.keys()
     assert all(bool((before[k] == after[k]).all()) for k in before)
+
+
+def test_the_reference_is_sglangs_own_penalizers(sglang_cpu_path: str) -> None:  # noqa: F811
+    """In the CPU SGLang environment: SGLang's penalizers, fed as plain decoding feeds them, give the same
+    greedy walk for every case (and its base), and the same logits (within 1e-5, -inf alike) on every step of
+    the walks and every prefix the chi-square phase counts."""
+    repo = Path(__file__).resolve().parents[2]
+    path = os.pathsep.join([sglang_cpu_path, str(repo / "entrypoint"), str(repo)])
+    facts = run_probe(PROBE, "OPTIONS-TARGET-PROBE", sglang_cpu_path, env={"PYTHONPATH": path})
+    for label, case in facts["cases"].items():
+        assert case["equal"] and case["max_row_difference"] < 1e-5, (label, case)
+    assert facts["chi_max_row_difference"] < 1e-5 and facts["chi_prefixes"] > 10, facts
