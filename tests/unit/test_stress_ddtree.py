@@ -446,12 +446,14 @@ def test_options_phase_sends_each_option_case_greedy() -> None:
     )
 
 
-def _crafted_run(tmp_path: Path, ignore: tuple[str, str], monkeypatch) -> tuple[int, str]:
+def _crafted_run(
+    tmp_path: Path, ignore: tuple[str, str], monkeypatch, algorithm: str = "DDTREE"
+) -> tuple[int, str]:
     monkeypatch.setattr(stress, "CHI_REQUESTS", 1500)  # the doubles sample in Python; power stays ample
-    with _doubles(set(), ignore=ignore, crafted=True) as (ddtree_url, plain_url):
+    with _doubles(set(), algorithm, ignore=ignore, crafted=True) as (ddtree_url, plain_url):
         rc = stress.main(
             ["--out", str(tmp_path), "--ddtree-url", ddtree_url, "--baseline-url", plain_url,
-             "--options-only", "--crafted-target"]
+             "--options-only", "--crafted-target", "--algorithm", algorithm]
         )  # fmt: skip
     return rc, capsys_text(tmp_path)
 
@@ -460,19 +462,22 @@ def capsys_text(out: Path) -> str:
     return "\n".join(json.loads((out / "summary.json").read_text())["checks"])
 
 
-def test_options_only_on_the_crafted_target_judges_every_option(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("algorithm", ["DDTREE", "DFLASH"])
+def test_options_only_on_the_crafted_target_judges_every_option(
+    tmp_path: Path, monkeypatch, algorithm: str
+) -> None:
     """--options-only on the crafted options target (the doubles serve its table and apply the options as
     plain decoding does): every case equal token for token, every case's option changes plain decoding's
     output, plain decoding is the table's exact walk, and both servers' samples pass the chi-square test
     against the exact distribution and fail it against the one without options."""
-    rc, checks = _crafted_run(tmp_path, ("", ""), monkeypatch)
+    rc, checks = _crafted_run(tmp_path, ("", ""), monkeypatch, algorithm)
     assert rc == 0, checks
     n = len(options_target.OPTION_CASES)
     assert f"ok   options: {n}/{n} greedy outputs identical to plain decoding" in checks, checks
     assert f"ok   options change plain output in {n}/{n} requests" in checks, checks
     walk = f"ok   options: plain decoding's {n}/{n} outputs are the crafted table's exact greedy walk"
     assert walk in checks, checks
-    for label in ("ddtree", "plain"):
+    for label in (algorithm.lower(), "plain"):
         assert f"ok   chi {label}: 1500 samples at temperature 1 with every option" in checks, checks
         assert f"ok   chi {label}: and " in checks and "(power)" in checks, checks
     assert json.loads((tmp_path / "summary.json").read_text())["crafted_options_target"]
