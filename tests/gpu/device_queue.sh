@@ -19,6 +19,9 @@
 #   smoke-graphs-tp2  the smoke at TP 2 with the fast step and its TP capture on (a two-GPU machine)
 #   smoke-splitkv   the pro6000 smoke (baseline, DFLASH, DDTREE) with the split-KV verify on (issue 26)
 #   stress-splitkv  the stress (retraction, aborts, stops, request options) with the split-KV verify on
+#   options-stress  stress --options-only: the crafted options target, every request option changes plain decoding's
+#                   output and DDTREE equals it token for token, chi-square at T 1 with every option (issue 28)
+#   options-stress-dflash  the same against DFLASH
 #   secrets         secrets_tiny.py: keys enforced, none shown anywhere (issue 29)
 #   mla             the smoke on the tiny Kimi-shaped MLA target (issue 32)
 #   smoke-mla-graphs  the MLA smoke with the fast step switched on explicitly (step CUDA graphs + verify metadata
@@ -55,10 +58,11 @@ PAIRLESS_JOBS=" core-bench verify-bench profile-mla "
 GRAPHS_ENV=(SGLANG_DFLASH_STEP_GRAPHS=1 SGLANG_DDTREE_FAST_METADATA=1)
 for job in "$@"; do
   case $job in
-    smoke | smoke-graphs | stress-graphs | smoke-graphs-tp2 | smoke-splitkv | stress-splitkv | secrets | mla | \
+    smoke | smoke-graphs | stress-graphs | smoke-graphs-tp2 | smoke-splitkv | stress-splitkv | options-stress | \
+      options-stress-dflash | secrets | mla | \
       smoke-mla-graphs | stress-mla | stress-mla-graphs | steps | tree-graph | stacks | profile | paired | options | \
       core-bench | verify-bench | profile-mla) ;;
-    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv secrets mla smoke-mla-graphs stress-mla stress-mla-graphs steps tree-graph stacks profile paired options core-bench verify-bench profile-mla)" >&2
+    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv options-stress options-stress-dflash secrets mla smoke-mla-graphs stress-mla stress-mla-graphs steps tree-graph stacks profile paired options core-bench verify-bench profile-mla)" >&2
        exit 2 ;;
   esac
 done
@@ -81,6 +85,10 @@ run_job() {
                      bash tests/gpu/device_ddtree.sh smoke ;;
     stress-splitkv) timeout "$limit" env SGLANG_DDTREE_SPLITKV_VERIFY=1 OUT="$OUT/stress-splitkv" \
                       bash tests/gpu/device_ddtree.sh stress ;;
+    options-stress) timeout "$limit" env STRESS_ARGS="--options-only" OUT="$OUT/options-stress" \
+                      bash tests/gpu/device_ddtree.sh stress ;;
+    options-stress-dflash) timeout "$limit" env STRESS_ARGS="--options-only --algorithm DFLASH" \
+                             OUT="$OUT/options-stress-dflash" bash tests/gpu/device_ddtree.sh stress ;;
     secrets) timeout "$limit" env OUT="$OUT/secrets" bash tests/gpu/device_ddtree.sh secrets ;;
     mla) timeout "$limit" env DDTREE_SMOKE_ARCH=mla OUT="$OUT/mla" bash tests/gpu/device_ddtree.sh smoke ;;
     smoke-mla-graphs) timeout "$limit" env "${GRAPHS_ENV[@]}" DDTREE_SMOKE_ARCH=mla OUT="$OUT/smoke-mla-graphs" \

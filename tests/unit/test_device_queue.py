@@ -83,13 +83,13 @@ def test_paired_job_measures_its_two_modes_from_the_trained_pair(tmp_path: Path)
     assert "paired: exit 0 after" in (tmp_path / "out" / "queue" / "status.txt").read_text()
 
 
-def test_mla_jobs_run_the_smoke_stress_and_profile_on_the_mla_target_with_their_switches(
+def test_device_jobs_run_their_commands_with_their_switches(
     tmp_path: Path,
 ) -> None:
-    """The MLA jobs' commands (issue 32), the sync-debug `steps` job (issue 25) and `verify-bench` (issue 26),
-    through device_ddtree.sh, with a stand-in python3 on PATH that records its arguments and the switches it
-    was given (the real jobs need the GPU). profile-mla is a timing job that needs no trained pair: it waits
-    for the training, then runs without $PAIR."""
+    """The MLA jobs' commands (issue 32), the sync-debug `steps` job (issue 25), `verify-bench` (issue 26) and
+    the options stress (issue 28), through device_ddtree.sh, with a stand-in python3 on PATH that records its
+    arguments and the switches it was given (the real jobs need the GPU). profile-mla is a timing job that
+    needs no trained pair: it waits for the training, then runs without $PAIR."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python3").write_text(
@@ -107,6 +107,8 @@ def test_mla_jobs_run_the_smoke_stress_and_profile_on_the_mla_target_with_their_
         "profile-mla",
         "steps",
         "verify-bench",
+        "options-stress",
+        "options-stress-dflash",
     )
     done = run_queue(tmp_path, *jobs, PATH=f"{bin_dir}:{os.environ['PATH']}", ARGS_LOG=str(log))
     assert done.returncode == 0, done.stderr
@@ -126,6 +128,9 @@ def test_mla_jobs_run_the_smoke_stress_and_profile_on_the_mla_target_with_their_
         f" {out / 'verify-bench' / 'verify_attention_bench.json'}",
         "arch= graphs= meta= benchmarks/verify_metadata_bench.py --sglang /tmp/site --json"
         f" {out / 'verify-bench' / 'verify_metadata_bench.json'}",
+        f"arch= graphs= meta= {stress} {out / 'options-stress' / 'stress'} --tp 1 --options-only",
+        f"arch= graphs= meta= {stress} {out / 'options-stress-dflash' / 'stress'} --tp 1 --options-only"
+        " --algorithm DFLASH",
     ]
     status = (out / "queue" / "status.txt").read_text()
     assert all(f"{job}: exit 0 after" in status for job in jobs), status
