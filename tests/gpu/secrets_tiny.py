@@ -242,8 +242,12 @@ def tls_problems(url: str, key: str, trust: ssl.SSLContext) -> list[str]:
     except urllib.error.URLError as exc:
         if not isinstance(exc.reason, ssl.SSLCertVerificationError):
             problems.append(f"a client without this test's CA failed otherwise: {exc.reason}")
-    if _get(url, "/health", key, trust)[0] != 200:
-        problems.append("the server did not answer /health over https with this test's CA")
+    try:
+        status = _get(url, "/health", key, trust)[0]
+    except OSError as exc:
+        status = exc
+    if status != 200:
+        problems.append(f"the server did not answer /health over https with this test's CA: {status}")
     return problems
 
 
