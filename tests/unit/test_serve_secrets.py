@@ -255,6 +255,23 @@ def test_api_key_never_on_a_command_line(tmp_path: Path) -> None:
     assert not [line for line in log if API_KEY in line or ADMIN_KEY in line]
 
 
+def test_a_secret_in_ddtree_extra_args_is_not_left_in_the_servers_environment(tmp_path: Path) -> None:
+    """DDTREE_EXTRA_ARGS is read into the command line (the secret into the in-memory config); the variable
+    itself, which held the secret, is not inherited by the server (it was, until 2026-12-01)."""
+    fake = tmp_path / "fake"
+    (fake / "sglang").mkdir(parents=True)
+    (fake / "sglang" / "__init__.py").write_text("")
+    (fake / "sglang" / "launch_server.py").write_text(STAND_IN)
+    env = _serve_env(tmp_path, [str(fake)], f"--log-level info --admin-api-key {ADMIN_KEY}")
+    proc, log = _run_until_ready(env, timeout=120, after=())
+    try:
+        assert f"admin-api-key sha256 {_sha(ADMIN_KEY)}" in log  # the server got it, from the config
+        _assert_no_secret_anywhere(proc, log)
+        assert "DDTREE_EXTRA_ARGS" not in Path(f"/proc/{proc.pid}/environ").read_text()
+    finally:
+        log += _stop(proc)
+
+
 def test_real_sglang_reads_the_keys_and_does_not_log_them(
     tmp_path: Path,
     sglang_cpu_path: str,  # noqa: F811
