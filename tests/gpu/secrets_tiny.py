@@ -228,7 +228,6 @@ def tls_problems(url: str, key: str, trust: ssl.SSLContext) -> list[str]:
     """The server speaks TLS with the certificate made here, so the encrypted key was opened with the
     password: plain http gets no answer, and a client that does not trust this test's CA is refused."""
     import http.client
-    import urllib.error
 
     problems: list[str] = []
     try:
@@ -239,15 +238,17 @@ def tls_problems(url: str, key: str, trust: ssl.SSLContext) -> list[str]:
     try:
         status, _ = _get(url, "/health", key, ssl.create_default_context())  # the system's roots only
         problems.append(f"a client without this test's CA got HTTP {status}: not the certificate made here")
-    except urllib.error.URLError as exc:
-        if not isinstance(exc.reason, ssl.SSLCertVerificationError):
-            problems.append(f"a client without this test's CA failed otherwise: {exc.reason}")
+    except (OSError, http.client.HTTPException) as exc:
+        reason = getattr(exc, "reason", exc)  # urllib wraps the handshake's error in a URLError
+        if not isinstance(reason, ssl.SSLCertVerificationError):
+            problems.append(f"a client without this test's CA failed otherwise: {reason}")
+    answered: object
     try:
-        status = _get(url, "/health", key, trust)[0]
-    except OSError as exc:
-        status = exc
-    if status != 200:
-        problems.append(f"the server did not answer /health over https with this test's CA: {status}")
+        answered = _get(url, "/health", key, trust)[0]
+    except (OSError, http.client.HTTPException) as exc:
+        answered = exc
+    if answered != 200:
+        problems.append(f"the server did not answer /health over https with this test's CA: {answered}")
     return problems
 
 
