@@ -8,9 +8,9 @@ noise (2026-12-01: `ddtree-16@torchmeta` came out slower than `@eager`, which no
 Here the two servers run at the same time on the same GPU and take turns:
   - the same settings for both (serve_bench's for the mode, graphs for bs 1-4, --mem-fraction-static 0.2 each,
     --sleep-on-idle so the idle one does not spin a CPU core), on ports apart; each mode's step switches
-    (serve_bench.step_environment_of: `@graphs`, `@meta`, `@splitkv`, `@upstream`) go into its own server's
-    process environment only. B starts once A is ready: SGLang sizes its KV pool from the free memory it sees
-    around its model load, which A's pool would shrink if A allocated it meanwhile;
+    (serve_bench.step_environment_of: `@eager`, `@graphs`, `@meta`, `@splitkv`, `@upstream`) go into its own
+    server's process environment only. B starts once A is ready: SGLang sizes its KV pool from the free memory
+    it sees around its model load, which A's pool would shrink if A allocated it meanwhile;
   - per context, a warm-up request to each (its greedy output is the one compared), then `--rounds` rounds of
     four measurements A, B, B, A (profile_step.unprofiled_step_ms with one full and one one-token request
     each; no profiler): a drift linear over a round cancels in its ratio B/A = (B1 + B2) / (A1 + A2).
@@ -46,10 +46,10 @@ BASE_MODE = re.compile(r"none|dflash|ddtree-\d+")
 
 
 def parse_modes(text: str) -> tuple[str, str]:
-    """("ddtree-16", "ddtree-16@graphs") from "ddtree-16,ddtree-16@graphs"; ValueError saying what's wrong."""
+    """("ddtree-16@eager", "ddtree-16") from "ddtree-16@eager,ddtree-16"; ValueError saying what's wrong."""
     modes = [m.strip() for m in text.split(",") if m.strip()]
     if len(modes) != 2:
-        raise ValueError(f"--paired {text!r}: give two modes, A,B (e.g. ddtree-16,ddtree-16@graphs)")
+        raise ValueError(f"--paired {text!r}: give two modes, A,B (e.g. ddtree-16@eager,ddtree-16)")
     for mode in modes:
         base, _ = serve_bench.split_mode(mode)  # an unknown variant: ValueError naming the known ones
         if not BASE_MODE.fullmatch(base):
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pair", type=Path, required=True, help="the trained pair (benchmarks.pair.train --out)")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--paired", required=True, help="two modes A,B, e.g. ddtree-16,ddtree-16@graphs")
+    ap.add_argument("--paired", required=True, help="two modes A,B, e.g. ddtree-16@eager,ddtree-16")
     ap.add_argument("--rounds", type=int, default=8, help="rounds of A, B, B, A")
     ap.add_argument("--contexts", default="256", help="prompt lengths, e.g. 256,4096")
     ap.add_argument("--new-tokens", type=int, default=256)

@@ -2,7 +2,15 @@
 
     python -m benchmarks.pair.profile_step --pair DIR --out OUT [--modes none,dflash,ddtree-16] [--steps 30]
                                            [--contexts 256,4096]
+    python -m benchmarks.pair.profile_step --smoke-arch mla --out OUT [--modes none,dflash,ddtree-8] ...
     python -m benchmarks.pair.profile_step --analyze TRACE.json.gz [--mode dflash]     # anywhere
+
+--smoke-arch ARCH profiles the smoke test's tiny models instead of the pair (ddtree.smoke.models: `mla` is
+the Kimi-K2.6-shaped MLA + MoE target, `gqa` the Qwen3-shaped one), written to a temporary folder and served
+with the smoke's own flags (ddtree.smoke.server.Server, the profile's DDTREE settings from DDTREE_TARGET,
+default pro6000; `ddtree-N` sets the budget); the prompts are random real tokens of the tiny vocabulary. Its
+weights are crafted, so acceptance is as constructed (DFLASH 2, DDTREE 3 tokens per step), not a trained
+drafter's; what it measures is where a step's time goes on that architecture's kernels.
 
 For each mode: one server (serve_bench's settings, graphs for bs 1-4 only); per context (default 256 and
 4096, past the drafter's 2048-token window, where the served DFLASH step more than doubled) a warm-up
@@ -16,7 +24,9 @@ the first decode or verify forward (the prefill is left out) and splits the wind
   - DDTree's own kernels (ddtree_kernels.py's Triton kernels, by name) and every other kernel launched
     outside those spans (sampling, KV bookkeeping, the drafter's KV append, copies);
   - idle GPU: the window minus the union of all kernel intervals (host work, syncs, scheduling).
-Figures are per decode step (the window over the number of target forwards). Beside them, from the same server
+Figures are per decode step (the window over the number of target forwards); DDTree's own kernels are also
+given as a share of the step (`ddtree_kernel_share_pct`, of the wall window; printed after the table).
+Beside them, from the same server
 without the profiler: the step time (a full request minus a one-token request, over its verify passes), the
 decode tok/s of one request, and the aggregate tok/s of 32 requests at once (`MODE@upstream` serves with
 SGLANG_DFLASH_FAST_STEP=0, so old and new steps sit side by side in one table). The trace format is the
@@ -30,8 +40,11 @@ import dataclasses
 import gzip
 import itertools
 import json
+import random
 import re
+import shutil
 import statistics
+import tempfile
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from ddtree.fsutil import atomic_write
+from ddtree.smoke.models import SmokeSettings
 
 DDTREE_KERNEL = re.compile(
     r"_tile_topk|_merge_topk|_score_kernel|_rank_kernel|_tree_rows|_verify_greedy|filter_rows|verify_sampling"
@@ -56,6 +70,7 @@ UNPROFILED_ROWS = (
 TRITON_LAUNCH = re.compile(r"(^|/)triton/runtime/jit\.py\(\d+\): run$")
 PYTHON_TOP = 25  # functions listed per ranking of the Python tracer's host time
 CONCURRENT = 32  # requests sent at once for the aggregate figure (the bench's concurrency 32 cell)
+SMOKE_PROMPT_TOKENS = 64  # each random prompt of --smoke-arch; prompt_of strings them to each context
 GRAPH_BS = ("1", "2", "4", "8", "16", "32")
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
@@ -134,7 +149,9 @@ def analyze(trace: dict[str, Any], mode: str) -> dict[str, Any]:
     per_step = {name: round(value / steps, 1) for name, value in sorted(buckets.items())}
     per_step["idle GPU"] = round((window - busy) / steps, 1)
     per_step["wall"] = round(window / steps, 1)
-    result = {"mode": mode, "steps": steps, "forward_spans": len(spans), "per_step_us": per_step}
+    share = round(100.0 * buckets.get("DDTree kernels", 0.0) / window, 1) if window else 0.0
+    result = {"mode": mode, "steps": steps, "forward_spans": len(spans), "per_step_us": per_step,
+              "ddtree_kernel_share_pct": share}  # fmt: skip
     # the Python tracer's frames of the thread that runs the steps (the scheduler's), not the watchdogs'
     step_threads = {s.get("tid") for s in spans}
     stacks = [e for e in events if e.get("cat") == "python_function" and e.get("tid") in step_threads]
@@ -239,6 +256,20 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def ddtree_share_lines(results: list[dict[str, Any]]) -> list[str]:
+    """One line per profiled result: DDTree's own kernels' GPU time per step and their share of the step."""
+    lines = []
+    for result in results:
+        per_step = result.get("per_step_us") or {}
+        if "wall" not in per_step:
+            continue
+        lines.append(
+            f"DDTREE's own kernels, {result['mode']}: {per_step.get('DDTree kernels', 0.0)} of "
+            f"{per_step['wall']} us per step ({result.get('ddtree_kernel_share_pct', 0.0)} % of the step)"
+        )
+    return lines
+
+
 def _wait_for_trace(folder: Path, timeout_s: float) -> None:
     """Until a trace file exists and its size holds still for two seconds (the export writes in place)."""
     deadline = time.monotonic() + timeout_s
@@ -308,8 +339,60 @@ def concurrent_tok_s(client, prompts: list[list[int]], params: dict) -> dict[str
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class Served:
+    """What profile_mode serves: a target and its drafter, the prompts cut to each context, and (for the
+    smoke's tiny models) the smoke's settings, which every mode's server then takes."""
+
+    target: Path
+    drafter: Path
+    prompts: list[list[int]]
+    smoke: SmokeSettings | None = None
+
+    def mode_settings(self, mode: str) -> tuple[str, SmokeSettings]:
+        """(smoke mode name, server settings) of one mode (`ddtree-N`: budget N; `@variant`: its switches)."""
+        from benchmarks.pair import serve_bench
+
+        kind, settings = serve_bench.server_settings(mode)  # MODE@upstream: SGLANG_DFLASH_FAST_STEP=0
+        if self.smoke is None:
+            # Only bs 1 is profiled (and CONCURRENT requests timed): few graph sizes, ready sooner.
+            extra = ("--cuda-graph-bs", *GRAPH_BS, "--mem-fraction-static", "0.3")
+            return kind, dataclasses.replace(settings, extra_server_args=extra)
+        base, _ = serve_bench.split_mode(mode)
+        budget = int(base.split("-")[1]) if base.startswith("ddtree-") else self.smoke.budget
+        return kind, dataclasses.replace(self.smoke, budget=budget)
+
+
+def pair_models(pair: Path) -> Served:
+    """The trained pair (benchmarks.pair.train's folder) and its held-out eval prompts."""
+    from benchmarks.pair import serve_bench
+
+    prompts, _ = serve_bench.eval_prompts(pair)
+    return Served(pair / "target", pair / "drafter", prompts)
+
+
+def smoke_models(arch: str, folder: Path) -> Served:
+    """The smoke test's tiny target (`arch`) and drafter, written under `folder`, with the smoke's settings
+    (the DDTREE_TARGET profile's block size, budget, top-k, window) and random prompts of real tokens."""
+    from ddtree.smoke import check as smoke
+    from ddtree.smoke.dims import REAL_TOKENS
+    from ddtree.smoke.models import write_models
+
+    settings = dataclasses.replace(smoke.settings_from_profile(None), arch=arch)
+    target, drafter = write_models(folder / "models", settings)
+    rng = random.Random(settings.seed + 4)
+    prompts = [[rng.randrange(REAL_TOKENS) for _ in range(SMOKE_PROMPT_TOKENS)] for _ in range(CONCURRENT)]
+    return Served(target, drafter, prompts, smoke=settings)
+
+
 def profile_mode(
-    mode: str, pair: Path, out: Path, steps: int, new_tokens: int, contexts: list[int], stacks: bool = False
+    mode: str,
+    served: Served,
+    out: Path,
+    steps: int,
+    new_tokens: int,
+    contexts: list[int],
+    stacks: bool = False,
 ) -> list[dict[str, Any]]:
     """Start the mode's server; per context, profile `steps` scheduler steps of one greedy request (after a
     warm-up request of the same length) and analyze the trace. One result per context."""
@@ -317,18 +400,13 @@ def profile_mode(
 
     from benchmarks.pair import serve_bench
 
-    kind, settings = serve_bench.server_settings(mode)  # MODE@upstream: SGLANG_DFLASH_FAST_STEP=0
-    # Only bs 1 is profiled (and CONCURRENT requests timed): few graph sizes, ready sooner than serve_bench's.
-    settings = dataclasses.replace(
-        settings,
-        extra_server_args=("--cuda-graph-bs", *GRAPH_BS, "--mem-fraction-static", "0.3"),
-    )
+    kind, settings = served.mode_settings(mode)
     folder = (out / mode).resolve()
     folder.mkdir(parents=True, exist_ok=True)
-    args = smoke_server.mode_args(kind, pair / "drafter", settings)
+    args = smoke_server.mode_args(kind, served.drafter, settings)
     with serve_bench.step_environment(mode):
-        server = smoke_server.Server(pair / "target", args, folder / "server.log", settings)
-    prompts, _ = serve_bench.eval_prompts(pair)
+        server = smoke_server.Server(served.target, args, folder / "server.log", settings)
+    prompts = served.prompts
     params = {"max_new_tokens": new_tokens, "temperature": 0.0, "ignore_eos": True}
     results = []
     try:
@@ -375,30 +453,54 @@ def main(argv: list[str] | None = None) -> int:
         "--stacks", action="store_true",
         help="record Python stacks (torch's Python tracer): host time per Python function; slows the step",
     )  # fmt: skip
+    ap.add_argument(
+        "--smoke-arch", choices=("gqa", "mla"),
+        help="profile the smoke test's tiny models of this architecture (mla: Kimi K2.6's) instead of --pair",
+    )  # fmt: skip
     ap.add_argument("--analyze", type=Path, help="only analyze this trace file")
     ap.add_argument("--mode", default="ddtree", help="with --analyze: none, dflash or ddtree")
     args = ap.parse_args(argv)
     if args.analyze is not None:
         results = [analyze(load_trace(args.analyze), args.mode)]
     else:
-        if args.pair is None or args.out is None:
-            ap.error("--pair and --out are needed (or --analyze TRACE)")
+        if (args.pair is None) == (args.smoke_arch is None) or args.out is None:
+            ap.error("--out and one of --pair or --smoke-arch are needed (or --analyze TRACE)")
         contexts = [int(c) for c in args.contexts.split(",")]
-        results = []
-        for mode in args.modes.split(","):
-            try:
-                results += profile_mode(
-                    mode, args.pair, args.out, args.steps, args.new_tokens, contexts, args.stacks
-                )
-            except Exception as exc:  # one mode's failure is recorded; the next mode still runs
-                results.append(
-                    {"mode": mode, "steps": 0, "per_step_us": {}, "error": f"{type(exc).__name__}: {exc}"}
-                )
-            # after every mode: a sitting cut short keeps what it measured
-            atomic_write(args.out / "profile.json", json.dumps(results, indent=1) + "\n")
-            print(table(results), flush=True)
+        scratch = Path(tempfile.mkdtemp(prefix="ddtree-profile-")) if args.smoke_arch else None
+        try:
+            if scratch is not None:
+                served = smoke_models(args.smoke_arch, scratch)
+                smoke = served.smoke
+                print(f"profile_step: the smoke's tiny {args.smoke_arch} target + drafter in {scratch}; "
+                      f"DDTREE block {smoke.block_size}, top-k {smoke.topk}, window {smoke.window}",
+                      flush=True)  # fmt: skip
+            else:
+                served = pair_models(args.pair)
+            results = profile_modes(served, args, contexts)
+        finally:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
     print(table(results))
+    print("\n".join(ddtree_share_lines(results)))
     return 0 if all(r["steps"] for r in results) else 1
+
+
+def profile_modes(served: Served, args: argparse.Namespace, contexts: list[int]) -> list[dict[str, Any]]:
+    """Every mode of --modes in turn; profile.json and the table written after each."""
+    results: list[dict[str, Any]] = []
+    for mode in args.modes.split(","):
+        try:
+            results += profile_mode(
+                mode, served, args.out, args.steps, args.new_tokens, contexts, args.stacks
+            )
+        except Exception as exc:  # one mode's failure is recorded; the next mode still runs
+            results.append(
+                {"mode": mode, "steps": 0, "per_step_us": {}, "error": f"{type(exc).__name__}: {exc}"}
+            )
+        # after every mode: a sitting cut short keeps what it measured
+        atomic_write(args.out / "profile.json", json.dumps(results, indent=1) + "\n")
+        print(table(results), flush=True)
+    return results
 
 
 if __name__ == "__main__":

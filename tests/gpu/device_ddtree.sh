@@ -37,11 +37,13 @@
 #      shapes, $OUT/verify_attention_bench.json; about 1-2 minutes), then benchmarks/verify_metadata_bench.py
 #      (patch ddtree-verify-metadata: host time of the target-verify replay metadata, torch ops vs one launch,
 #      bs 1/8/32/64 x context 256/4096, $OUT/verify_metadata_bench.json; under a minute).
-#  10. secrets (tests/gpu/secrets_tiny.py, not in `all`): `ddtree serve` (user key from a file, admin key after
-#      --, HF_TOKEN set) and `ddtree router` (when sglang-router is installed) on the tiny models; the keys must
-#      be enforced, and no key or token may show in /server_info, /get_server_info, any process's cmdline or
-#      environ, the logs, the request dumps, the receipt or the Dockerfile. Exit 0 none found, 1 a leak
-#      (`LEAK <secret> in <place>`), 2 the server never got ready. About 1.5-3 minutes.
+#  10. secrets (tests/gpu/secrets_tiny.py, not in `all`): `ddtree serve` over https (user key from a file, admin
+#      key after --, HF_TOKEN set, an encrypted TLS key whose password is in a --config file; certificates made
+#      with openssl at run time) and `ddtree router` (when sglang-router is staged: tests/gpu/README.md step 1)
+#      on the tiny models; the keys must be enforced, TLS on, and no key, token or password may show in
+#      /server_info, /get_server_info, any process's cmdline or environ, the logs, the request dumps, the
+#      receipt or the Dockerfile. Exit 0 none found, 1 a leak (`LEAK <secret> in <place>`), 2 the server
+#      never got ready (or no openssl). About 1.5-3 minutes.
 #  11. options (not in `all`): tests/gpu/request_options_gpu.py: per-row request options (penalties,
 #      min_new_tokens, logit_bias) on CUDA equal to CPU, no host sync, one CUDA graph replays like eager; their
 #      cost at bs 32, budget 16, vocabulary 163840 ($OUT/request_options.json). Under a minute.

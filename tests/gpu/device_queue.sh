@@ -13,13 +13,23 @@
 # shared the GPU and the CPU with the next profile).
 #
 #   smoke           the pro6000 smoke (baseline, DFLASH, DDTREE) as served by default
-#   smoke-graphs    the pro6000 smoke with the opt-in fast step on (step CUDA graphs + verify metadata kernel)
+#   smoke-graphs    the pro6000 smoke with the fast step switched on explicitly (step CUDA graphs + verify metadata
+#                   kernel; the served default since 2026-12-01, so `smoke` runs it too)
 #   stress-graphs   the stress with the same switches on
 #   smoke-graphs-tp2  the smoke at TP 2 with the fast step and its TP capture on (a two-GPU machine)
 #   smoke-splitkv   the pro6000 smoke (baseline, DFLASH, DDTREE) with the split-KV verify on (issue 26)
 #   stress-splitkv  the stress (retraction, aborts, stops, request options) with the split-KV verify on
+#   options-stress  stress --options-only: the crafted options target, every request option changes plain decoding's
+#                   output and DDTREE equals it token for token, chi-square at T 1 with every option (issue 28)
+#   options-stress-dflash  the same against DFLASH
 #   secrets         secrets_tiny.py: keys enforced, none shown anywhere (issue 29)
 #   mla             the smoke on the tiny Kimi-shaped MLA target (issue 32)
+#   smoke-mla-graphs  the MLA smoke with the fast step switched on explicitly (step CUDA graphs + verify metadata
+#                   kernel, the served default since 2026-12-01)
+#   stress-mla      the stress (retraction, aborts, stops, request options, strict leak check) on the MLA target
+#   stress-mla-graphs  the MLA stress with the fast step on
+#   steps           ddtree_step_checks.py: every host sync torch's sync debug mode sees inside DDTREE steps, and
+#                   first vs second request latency per sampling kind (issue 25)
 #   tree-graph      tests/gpu/test_tree_stage_graph_gpu.py: the tree stage's CUDA graphs replay the eager stage
 #                   exactly, and its host time eager vs replayed (issue 25)
 #   stacks          (timing) profile_step --stacks: host time per Python function, DDTREE-16, context 256
@@ -28,20 +38,31 @@
 #                   A,B,B,A at $PAIRED_CONTEXTS; step ms, tok/s and the per-round ratio B/A (issue 25)
 #   options         (timing) options_acceptance: acceptance with request options on the pair (issue 28)
 #   core-bench      (timing) benchmarks/ddtree_core_bench.py: the sampling kernels' goals table (issue 27)
+#   verify-bench    (timing) device_ddtree.sh verify: the split-KV verify attention's GPU tests, its kernel table
+#                   against context 256..32768 beside the decode kernel, and the verify metadata bench (issue 26)
+#   profile-mla     (timing) profile_step --smoke-arch mla over $PROFILE_MLA_MODES x $PROFILE_CONTEXTS: the tiny
+#                   MLA smoke models, served as the smoke serves them; DDTREE's own kernels' share of the step
+#   (timing jobs wait for the training to end; core-bench, verify-bench and profile-mla need no trained pair)
 # usage (device, repo root): OUT=/tmp/out PAIR=/tmp/pair RUNS=/tmp/runs bash tests/gpu/device_queue.sh JOB...
 set -u
 export PYTHONPATH=$PWD/entrypoint:$PWD:/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out} PAIR=${PAIR:-/tmp/pair} RUNS=${RUNS:-/tmp/runs}
 TRAIN_DONE=${TRAIN_DONE:-/tmp/train.done} DEADLINE=${DEADLINE:-1200}
-PROFILE_MODES=${PROFILE_MODES:-ddtree-16,ddtree-16@graphs,dflash,dflash@graphs,none}
+PROFILE_MODES=${PROFILE_MODES:-ddtree-16,ddtree-16@eager,dflash,dflash@eager,none}
 PROFILE_CONTEXTS=${PROFILE_CONTEXTS:-256,4096}
-PAIRED_MODES=${PAIRED_MODES:-ddtree-16,ddtree-16@graphs} PAIRED_CONTEXTS=${PAIRED_CONTEXTS:-256}
+PAIRED_MODES=${PAIRED_MODES:-ddtree-16@eager,ddtree-16} PAIRED_CONTEXTS=${PAIRED_CONTEXTS:-256}
 PAIRED_ROUNDS=${PAIRED_ROUNDS:-8}
-TIMING_JOBS=" stacks profile paired options core-bench "
+PROFILE_MLA_MODES=${PROFILE_MLA_MODES:-ddtree-8,ddtree-8@eager,dflash,none}
+TIMING_JOBS=" stacks profile paired options core-bench verify-bench profile-mla "
+PAIRLESS_JOBS=" core-bench verify-bench profile-mla "
+GRAPHS_ENV=(SGLANG_DFLASH_STEP_GRAPHS=1 SGLANG_DDTREE_FAST_METADATA=1)
 for job in "$@"; do
   case $job in
-    smoke | smoke-graphs | stress-graphs | smoke-graphs-tp2 | smoke-splitkv | stress-splitkv | secrets | mla | tree-graph | stacks | profile | paired | options | core-bench) ;;
-    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv secrets mla tree-graph stacks profile paired options core-bench)" >&2
+    smoke | smoke-graphs | stress-graphs | smoke-graphs-tp2 | smoke-splitkv | stress-splitkv | options-stress | \
+      options-stress-dflash | secrets | mla | \
+      smoke-mla-graphs | stress-mla | stress-mla-graphs | steps | tree-graph | stacks | profile | paired | options | \
+      core-bench | verify-bench | profile-mla) ;;
+    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv options-stress options-stress-dflash secrets mla smoke-mla-graphs stress-mla stress-mla-graphs steps tree-graph stacks profile paired options core-bench verify-bench profile-mla)" >&2
        exit 2 ;;
   esac
 done
@@ -64,8 +85,18 @@ run_job() {
                      bash tests/gpu/device_ddtree.sh smoke ;;
     stress-splitkv) timeout "$limit" env SGLANG_DDTREE_SPLITKV_VERIFY=1 OUT="$OUT/stress-splitkv" \
                       bash tests/gpu/device_ddtree.sh stress ;;
+    options-stress) timeout "$limit" env STRESS_ARGS="--options-only" OUT="$OUT/options-stress" \
+                      bash tests/gpu/device_ddtree.sh stress ;;
+    options-stress-dflash) timeout "$limit" env STRESS_ARGS="--options-only --algorithm DFLASH" \
+                             OUT="$OUT/options-stress-dflash" bash tests/gpu/device_ddtree.sh stress ;;
     secrets) timeout "$limit" env OUT="$OUT/secrets" bash tests/gpu/device_ddtree.sh secrets ;;
     mla) timeout "$limit" env DDTREE_SMOKE_ARCH=mla OUT="$OUT/mla" bash tests/gpu/device_ddtree.sh smoke ;;
+    smoke-mla-graphs) timeout "$limit" env "${GRAPHS_ENV[@]}" DDTREE_SMOKE_ARCH=mla OUT="$OUT/smoke-mla-graphs" \
+                        bash tests/gpu/device_ddtree.sh smoke ;;
+    stress-mla) timeout "$limit" env STRESS_ARGS="--arch mla" OUT="$OUT/stress-mla" bash tests/gpu/device_ddtree.sh stress ;;
+    stress-mla-graphs) timeout "$limit" env "${GRAPHS_ENV[@]}" STRESS_ARGS="--arch mla" OUT="$OUT/stress-mla-graphs" \
+                         bash tests/gpu/device_ddtree.sh stress ;;
+    steps) timeout "$limit" env OUT="$OUT/steps" bash tests/gpu/device_ddtree.sh steps ;;
     tree-graph) timeout "$limit" python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_tree_stage_graph_gpu.py ;;
     stacks) timeout "$limit" python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/stacks" --stacks \
               --modes ddtree-16 --contexts 256 --steps 8 ;;
@@ -76,6 +107,9 @@ run_job() {
     options) timeout "$limit" python3 -m benchmarks.pair.options_acceptance --pair "$PAIR" --out "$RUNS/options" \
                --modes none,ddtree-16 ;;
     core-bench) timeout "$limit" python3 benchmarks/ddtree_core_bench.py --json "$OUT/core_bench.json" ;;
+    verify-bench) timeout "$limit" env OUT="$OUT/verify-bench" bash tests/gpu/device_ddtree.sh verify ;;
+    profile-mla) timeout "$limit" python3 -m benchmarks.pair.profile_step --smoke-arch mla --out "$RUNS/profile-mla" \
+                   --modes "$PROFILE_MLA_MODES" --contexts "$PROFILE_CONTEXTS" ;;
   esac
 }
 
@@ -93,7 +127,7 @@ for job in "$@"; do
   if [[ $TIMING_JOBS == *" $job "* ]]; then
     while [[ ! -f $TRAIN_DONE ]] && ((SECONDS - begin < DEADLINE)); do sleep 5; done
     # the pair's last file: a training that missed its committed figures (exit 1) still leaves a pair to serve
-    if [[ $job != core-bench ]] && [[ ! -f $PAIR/eval_prompts.json ]]; then
+    if [[ $PAIRLESS_JOBS != *" $job "* ]] && [[ ! -f $PAIR/eval_prompts.json ]]; then
       echo "$job: skipped, no trained pair in $PAIR" >> "$status"
       continue
     fi

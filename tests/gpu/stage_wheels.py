@@ -1,11 +1,15 @@
 """Stage the pinned wheels a GPU machine without network lacks, in parts small enough to carry one per call.
 
     .venv/bin/python -m tests.gpu.stage_wheels [--lock env/requirements-py312.lock] [--out .device]
+    .venv/bin/python -m tests.gpu.stage_wheels --lock env/router.lock \
+        --beside env/requirements-py312.lock --out .device/router     # sglang-router alone (one part)
 
 The device has Python 3.12 with torch 2.11.0, Triton 3.6.0 and nvcc 13.0 already (its `pip freeze` is
 tests/gpu/device-pip-2026-11-29.txt) but not SGLang and its other needs. This compares the project's
 Python 3.12 lock with that list, downloads what is missing with `pip download --require-hashes` (every
-wheel checked against the lock's sha256), packs the wheels in one tar and splits it into 56 MiB parts:
+wheel checked against the lock's sha256), packs the wheels in one tar and splits it into 56 MiB parts.
+`--beside LOCK` leaves out the pins LOCK already stages (same name and version): env/router.lock is the
+freeze's pins plus sglang-router, so beside the main lock it stages the router's wheel alone.
 
     OUT/parts/p00, p01, ...  carry one per call, in order: `cat OUT/parts/pNN >> /tmp/w.tar`
     OUT/w.tar.sha256         carry with the last part: `bash tests/gpu/install_wheels.sh OUT/w.tar.sha256`
@@ -62,12 +66,16 @@ FORCE: Mapping[str, str] = {
 }
 
 
-def needed(lock: Iterable[Pin], device: Mapping[str, str]) -> list[Pin]:
-    """The lock's pins the device lacks (or must replace), by name; SKIP left out."""
+def needed(lock: Iterable[Pin], device: Mapping[str, str], beside: Iterable[Pin] = ()) -> list[Pin]:
+    """The lock's pins the device lacks (or must replace), by name; SKIP left out, and those `beside`
+    (another lock, staged on its own) already pins at the same version."""
+    staged = {(pin.name, pin.version) for pin in beside}
     return [
         pin
         for pin in sorted(lock, key=lambda p: p.name)
-        if pin.name not in SKIP and (pin.name not in device or pin.name in FORCE)
+        if pin.name not in SKIP
+        and (pin.name not in device or pin.name in FORCE)
+        and (pin.name, pin.version) not in staged
     ]
 
 
@@ -123,9 +131,13 @@ def split(tar_path: Path, parts: Path, part_bytes: int = PART_BYTES) -> list[Pat
     return written
 
 
-def stage(lock: Path, out: Path) -> list[Path]:
+def stage(lock: Path, out: Path, beside: Path | None = None) -> list[Path]:
     device = {pin.name: pin.version or "" for pin in parse_pins(DEVICE_PIP.read_text(), str(DEVICE_PIP))}
-    pins = needed(read_pins(lock), device)
+    pins = needed(read_pins(lock), device, read_pins(beside) if beside else ())
+    if not pins:
+        raise SystemExit(
+            f"error: {lock} adds nothing the device lacks" + (f" beside {beside}" if beside else "")
+        )
     out.mkdir(parents=True, exist_ok=True)
     requirements = out / "need.txt"
     atomic_write(requirements, requirements_text(pins))
@@ -149,12 +161,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lock", type=Path, default=DEFAULT_LOCK, help="a Python 3.12 hash lock")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="an ignored folder of the checkout")
+    parser.add_argument(
+        "--beside", type=Path, help="a lock staged on its own: its pins (same version) are left out"
+    )
     args = parser.parse_args(argv)
-    parts = stage(args.lock, args.out)
+    parts = stage(args.lock, args.out, args.beside)
     out = os.path.relpath(args.out, REPO_ROOT)  # the path a device call carries, from the repo root
     last = f"{out}/parts/p{len(parts) - 1:02d}"
-    print(f"next: carry {out}/parts/pNN one per call, in order: `cat {out}/parts/pNN >> /tmp/w.tar`;")
-    print(f"      with {last} also {out}/w.tar.sha256: `bash tests/gpu/install_wheels.sh {out}/w.tar.sha256`")
+    # Staged beside the main tar: its own tar and unpack folder on the device (/tmp/wx keeps the main wheels).
+    tar, install = "/tmp/w.tar", f"bash tests/gpu/install_wheels.sh {out}/w.tar.sha256"
+    if args.beside:
+        name = args.out.name
+        tar = f"/tmp/{name}.tar"
+        install = f"UNPACK_DIR=/tmp/{name}-wx bash tests/gpu/install_wheels.sh {out}/w.tar.sha256 {tar}"
+    print(f"next: carry {out}/parts/pNN one per call, in order: `cat {out}/parts/pNN >> {tar}`;")
+    print(f"      with {last} also {out}/w.tar.sha256: `{install}`")
     return 0
 
 

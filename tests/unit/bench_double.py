@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -263,6 +265,15 @@ class _DoubleServer(ThreadingHTTPServer):
     authorizations: list[str | None]  # each request's Authorization header (None when absent)
     emissions: list[dict[str, Any]]
     stopped: threading.Event
+    tls_errors: list[str]  # failed TLS handshakes (an https double): the client did not trust the certificate
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A failed handshake is recorded, not printed (a client probing may fail many); the rest printed."""
+        failure = sys.exc_info()[1]
+        if isinstance(failure, ssl.SSLError):
+            self.tls_errors.append(str(failure))
+            return
+        super().handle_error(request, client_address)
 
     def stop(self) -> None:
         """Stop like a killed server: cut the streams in flight, close the port (callable once or more)."""
@@ -274,18 +285,24 @@ class _DoubleServer(ThreadingHTTPServer):
 
 
 @contextmanager
-def serve(config: DoubleConfig | None = None) -> Iterator[tuple[str, _DoubleServer]]:
-    """Run the double on 127.0.0.1 (a free port) in a thread; yields (base URL, server)."""
+def serve(
+    config: DoubleConfig | None = None, tls: ssl.SSLContext | None = None
+) -> Iterator[tuple[str, _DoubleServer]]:
+    """Run the double on 127.0.0.1 (a free port) in a thread; yields (base URL, server). With `tls` (a
+    server context holding its certificate) it speaks https: each handshake in its request's thread."""
     server = _DoubleServer(("127.0.0.1", 0), _Handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
     server.config = config or DoubleConfig()
     server.requests_seen = []
     server.authorizations = []
     server.emissions = []
+    server.tls_errors = []
     server.stopped = threading.Event()
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", server
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}", server
     finally:
         server.stop()
         thread.join(timeout=5)

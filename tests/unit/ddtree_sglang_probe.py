@@ -847,7 +847,8 @@ def _tree_stage_facts() -> dict:
     without = verify_input(None)
     refusal = step_graphs.step_graphs_refusal
     cuda = torch.device("cuda", 0)
-    unset = refusal(device=cuda, tp_size=1, cuda_graphs=True)  # opt-in: off unless set
+    os.environ.pop(step_graphs.STEP_GRAPHS_ENV, None)
+    unset = refusal(device=cuda, tp_size=1, cuda_graphs=True)  # on unless switched off
     os.environ[step_graphs.STEP_GRAPHS_ENV] = "0"
     switched_off = refusal(device=cuda, tp_size=1, cuda_graphs=True)
     os.environ[step_graphs.STEP_GRAPHS_ENV] = "1"

@@ -465,7 +465,10 @@ def _capture_refusal_facts() -> dict:
     saved_group, saved_env = dw.get_tp_group, os.environ.pop(step_graphs.STEP_GRAPHS_ENV, None)
     dw.get_tp_group = lambda: types.SimpleNamespace(world_size=1)
     try:
-        facts = {"switch_unset": {"kv_append": kv_append(), "chain": chain(), "tree": tree()}}
+        # unset is on: the switch passes, the append's own first condition is what refuses it
+        facts = {"unset_slow_step": kv_append(fast_step=False)}
+        os.environ[step_graphs.STEP_GRAPHS_ENV] = "0"
+        facts["switch_off"] = {"kv_append": kv_append(), "chain": chain(), "tree": tree()}
         os.environ[step_graphs.STEP_GRAPHS_ENV] = "1"
         facts["switch_on"] = {
             "kv_append_slow_step": kv_append(fast_step=False),

@@ -364,7 +364,8 @@ def test_tree_stage_equals_the_reference_and_routes_through_its_graphs(facts: di
     assert "SGLANG_DFLASH_STEP_GRAPHS_TP=1" in r["tp2"] and r["tp2_opted_in"] is None
     assert r["tp1_context"] is None and r["tp2_context"] == "graph_capture"
     assert "disabled" in r["no_graphs"]
-    assert "SGLANG_DFLASH_STEP_GRAPHS is not 1" in r["switched_off"] and r["unset"] == r["switched_off"]
+    assert r["switched_off"] == "SGLANG_DFLASH_STEP_GRAPHS=0 (switched off)"
+    assert r["unset"] is None  # on by default
     assert r["cuda_tp1"] is None
 
 

@@ -60,7 +60,7 @@ def test_servers_a_job_leaves_running_are_stopped_before_the_next_job(tmp_path: 
 
 def test_paired_job_measures_its_two_modes_from_the_trained_pair(tmp_path: Path) -> None:
     """The `paired` job's command, with a stand-in python3 on PATH that records its arguments (the real job
-    needs the GPU): ddtree-16 against ddtree-16@graphs at context 256 by default, PAIRED_* override."""
+    needs the GPU): ddtree-16@eager against ddtree-16 at context 256 by default, PAIRED_* override."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python3").write_text('#!/bin/bash\necho "$*" >> "$ARGS_LOG"\n')
@@ -76,11 +76,64 @@ def test_paired_job_measures_its_two_modes_from_the_trained_pair(tmp_path: Path)
     runs = tmp_path / "runs" / "paired"
     assert log.read_text().splitlines() == [
         f"-m benchmarks.pair.paired_step --pair {tmp_path / 'pair'} --out {runs} "
-        "--paired ddtree-16,ddtree-16@graphs --contexts 256 --rounds 8",
+        "--paired ddtree-16@eager,ddtree-16 --contexts 256 --rounds 8",
         f"-m benchmarks.pair.paired_step --pair {tmp_path / 'pair'} --out {runs} "
         "--paired dflash,dflash@upstream --contexts 256,4096 --rounds 4",
     ]
     assert "paired: exit 0 after" in (tmp_path / "out" / "queue" / "status.txt").read_text()
+
+
+def test_device_jobs_run_their_commands_with_their_switches(
+    tmp_path: Path,
+) -> None:
+    """The MLA jobs' commands (issue 32), the sync-debug `steps` job (issue 25), `verify-bench` (issue 26) and
+    the options stress (issue 28), through device_ddtree.sh, with a stand-in python3 on PATH that records its
+    arguments and the switches it was given (the real jobs need the GPU). profile-mla is a timing job that
+    needs no trained pair: it waits for the training, then runs without $PAIR."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(
+        '#!/bin/bash\necho "arch=${DDTREE_SMOKE_ARCH:-} graphs=${SGLANG_DFLASH_STEP_GRAPHS:-}'
+        ' meta=${SGLANG_DDTREE_FAST_METADATA:-} $*" >> "$ARGS_LOG"\n'
+    )
+    (bin_dir / "python3").chmod(0o755)
+    (tmp_path / "train.done").write_text("0\n")
+    log = tmp_path / "args.txt"
+    jobs = (
+        "mla",
+        "smoke-mla-graphs",
+        "stress-mla",
+        "stress-mla-graphs",
+        "profile-mla",
+        "steps",
+        "verify-bench",
+        "options-stress",
+        "options-stress-dflash",
+    )
+    done = run_queue(tmp_path, *jobs, PATH=f"{bin_dir}:{os.environ['PATH']}", ARGS_LOG=str(log))
+    assert done.returncode == 0, done.stderr
+    calls = [line for line in log.read_text().splitlines() if "patchset" not in line]
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    stress = "tests/gpu/stress_ddtree.py --out"
+    assert calls == [
+        "arch=mla graphs= meta= -m ddtree.cli selfcheck --smoke --json --smoke-tp 1",
+        "arch=mla graphs=1 meta=1 -m ddtree.cli selfcheck --smoke --json --smoke-tp 1",
+        f"arch= graphs= meta= {stress} {out / 'stress-mla' / 'stress'} --tp 1 --arch mla",
+        f"arch= graphs=1 meta=1 {stress} {out / 'stress-mla-graphs' / 'stress'} --tp 1 --arch mla",
+        f"arch= graphs= meta= -m benchmarks.pair.profile_step --smoke-arch mla --out {runs / 'profile-mla'}"
+        " --modes ddtree-8,ddtree-8@eager,dflash,none --contexts 256,4096",
+        f"arch= graphs= meta= tests/gpu/ddtree_step_checks.py --out {out / 'steps'}",
+        "arch= graphs= meta= -m pytest -q -s -p no:cacheprovider tests/gpu/test_verify_attention_gpu.py",
+        "arch= graphs= meta= benchmarks/verify_attention_bench.py --splits 4 8 16 32 64 --json"
+        f" {out / 'verify-bench' / 'verify_attention_bench.json'}",
+        "arch= graphs= meta= benchmarks/verify_metadata_bench.py --sglang /tmp/site --json"
+        f" {out / 'verify-bench' / 'verify_metadata_bench.json'}",
+        f"arch= graphs= meta= {stress} {out / 'options-stress' / 'stress'} --tp 1 --options-only",
+        f"arch= graphs= meta= {stress} {out / 'options-stress-dflash' / 'stress'} --tp 1 --options-only"
+        " --algorithm DFLASH",
+    ]
+    status = (out / "queue" / "status.txt").read_text()
+    assert all(f"{job}: exit 0 after" in status for job in jobs), status
 
 
 def test_a_packed_pair_unpacks_byte_for_byte_and_a_damaged_part_is_refused(tmp_path: Path) -> None:

@@ -120,20 +120,20 @@ def test_dflash_chain_stage_is_the_root_then_the_greedy_block(facts: dict) -> No
 
 def test_step_graph_captures_refuse_through_one_path_and_say_why_once(facts: dict) -> None:
     """Patch ddtree-step-graph: the KV append, the chain stage and the tree stage are refused by
-    step_graphs.capture_for_target: the opt-in switch first (unset: all three eager), then the device, then
+    step_graphs.capture_for_target: the switch first (on unless SGLANG_DFLASH_STEP_GRAPHS=0: then all three
+    eager), then the device, then
     each stretch's own conditions, asked only once those pass (the RoPE cache is pinned for an append that
     got that far, at the target's context - 1, and for no other); the reason is kept on the worker and logged
     once at rank 0 under the stretch's name."""
     got = facts["capture_refusals"]
-    off = got["switch_unset"]
+    off = got["switch_off"]
     for stretch, name in (("kv_append", "DFLASH KV append"), ("chain", "DFLASH chain stage"),
                           ("tree", "DDTREE tree stage")):  # fmt: skip
         assert off[stretch]["graphs"] is None, stretch
         assert len(off[stretch]["logged"]) == 1, off[stretch]
-        assert off[stretch]["logged"][0].startswith(
-            f"{name} runs eagerly: SGLANG_DFLASH_STEP_GRAPHS is not 1"
-        )
-    assert off["kv_append"]["refusal"].startswith("SGLANG_DFLASH_STEP_GRAPHS is not 1 (opt-in")
+        assert off[stretch]["logged"][0].startswith(f"{name} runs eagerly: SGLANG_DFLASH_STEP_GRAPHS=0")
+    assert off["kv_append"]["refusal"] == "SGLANG_DFLASH_STEP_GRAPHS=0 (switched off)"
+    assert got["unset_slow_step"]["refusal"] == "SGLANG_DFLASH_FAST_STEP=0", "unset is on: the switch passes"
     assert off["tree"]["refusal"] == off["kv_append"]["refusal"]
     on = got["switch_on"]
     assert all(case["graphs"] is None for case in on.values()), on

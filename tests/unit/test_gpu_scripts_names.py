@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,35 @@ def test_gpu_script_uses_only_defined_ddtree_names(script: Path) -> None:
         if not hasattr(module, attribute):
             missing.append(f"{module_name}.{attribute}")
     assert not missing, f"{script.name} uses names its modules do not define: {missing}"
+
+
+def ddtree_imports(source: str) -> set[tuple[str, str]]:
+    """(module, name) for every `from ddtree[.pkg] import name`, at any depth: a function's own import runs
+    only when the function does, so a name that moved breaks it on the device, not at the script's import."""
+    return {
+        (node.module, name.name)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "ddtree"
+        for name in node.names
+    }
+
+
+def test_the_import_reader_finds_a_name_imported_inside_a_function() -> None:
+    """The check can fail: the secrets script's helper imported a private name renamed on 2026-12-01."""
+    source = "def port():\n    from ddtree.smoke.server import _free_port as free\n    return free()\n"
+    assert ddtree_imports(source) == {("ddtree.smoke.server", "_free_port")}
+    assert not hasattr(importlib.import_module("ddtree.smoke.server"), "_free_port")
+
+
+BENCHMARK_SCRIPTS = sorted((Path(__file__).resolve().parents[2] / "benchmarks").rglob("*.py"))
+
+
+@pytest.mark.parametrize("script", GPU_SCRIPTS + BENCHMARK_SCRIPTS, ids=lambda p: p.name)
+def test_every_ddtree_name_a_device_script_imports_exists(script: Path) -> None:
+    missing = []
+    for module_name, name in sorted(ddtree_imports(script.read_text(encoding="utf-8"))):
+        module = importlib.import_module(module_name)
+        package = hasattr(module, "__path__")
+        if not hasattr(module, name) and not (package and importlib.util.find_spec(f"{module_name}.{name}")):
+            missing.append(f"from {module_name} import {name}")
+    assert not missing, f"{script.name} imports names its modules do not define: {missing}"

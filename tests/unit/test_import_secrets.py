@@ -15,6 +15,7 @@ from ddtree import secret_rules
 from ddtree.errors import UserError
 from ddtree.targets import load_target
 from ddtree_build import render
+from ddtree_build.reproduction import unit
 from ddtree_build.reproduction.import_cmd import run_import
 from ddtree_build.reproduction.manifest import write_manifest
 
@@ -94,6 +95,23 @@ def test_render_refuses_a_profile_that_carries_a_secret(
     message = str(caught.value)
     assert "holds a secret" in message and "pro6000.yaml" in message
     assert all(s not in message for s in (*SECRETS, "pw-0123456789"))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        f"ExecStart=sglang --api-key {API_KEY} --host '0.0.0.0\n",
+        f"Environment=HF_TOKEN={HF_TOKEN} 'SGLANG_API_KEY={SGLANG_KEY}\nExecStart=sglang\n",
+        f"Environment={HF_TOKEN}\nExecStart=sglang\n",
+    ],
+)
+def test_a_unit_it_cannot_read_is_refused_without_showing_its_secrets(line: str) -> None:
+    """The one-line error names the unit and the line's kind, not the line (it holds the key)."""
+    with pytest.raises(UserError) as caught:
+        unit.read_unit(f"[Service]\n{line}", "services/sglang.service")
+    message = str(caught.value)
+    assert message.startswith("services/sglang.service: ") and "\n" not in message
+    assert all(s not in message for s in SECRETS)
 
 
 def test_secret_names_are_told_from_sglangs_own_knobs() -> None:

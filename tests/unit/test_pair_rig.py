@@ -627,17 +627,23 @@ def test_mode_variants_serve_with_their_switch_and_the_same_settings(monkeypatch
     monkeypatch.delenv("SGLANG_DFLASH_STEP_GRAPHS", raising=False)
     assert serve_bench.server_settings("ddtree-16@upstream") == serve_bench.server_settings("ddtree-16")
     assert serve_bench.server_settings("ddtree-16@splitkv") == serve_bench.server_settings("ddtree-16")
-    with serve_bench.step_environment("dflash@upstream"):
+    with serve_bench.step_environment("dflash@upstream"):  # SGLang's own step: every step patch's switch off
         assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "0"
         assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "0"
+        assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "0"
+        assert os.environ["SGLANG_DDTREE_FAST_METADATA"] == "0"
     with serve_bench.step_environment("ddtree-16@splitkv"):
         assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "1"
         assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "1"
-    with serve_bench.step_environment("dflash"):  # the served defaults: the opt-in switches off
+    with serve_bench.step_environment("dflash"):  # the served defaults: split-KV off, the step graphs on
         assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "1"
         assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "0"
+        assert os.environ["SGLANG_DDTREE_FAST_METADATA"] == "1"
+        assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "1"
+    with serve_bench.step_environment("dflash@eager"):
         assert os.environ["SGLANG_DDTREE_FAST_METADATA"] == "0"
         assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "0"
+        assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "1"
     with serve_bench.step_environment("ddtree-16@graphs"):
         assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "1"
         assert os.environ["SGLANG_DDTREE_FAST_METADATA"] == "1"
@@ -649,7 +655,7 @@ def test_mode_variants_serve_with_their_switch_and_the_same_settings(monkeypatch
     assert "SGLANG_DFLASH_FAST_STEP" not in os.environ
     assert "SGLANG_DDTREE_FAST_METADATA" not in os.environ
     assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "1"
-    with pytest.raises(ValueError, match=r"@fast.*known: graphs, meta, splitkv, upstream"):
+    with pytest.raises(ValueError, match=r"@fast.*known: eager, graphs, meta, splitkv, upstream"):
         serve_bench.server_settings("ddtree-16@fast")
 
 
@@ -693,3 +699,22 @@ def test_device_pair_train_picks_the_preset_and_expects_only_the_committed_pair(
         "--expect benchmarks/pair/results/metrics.json",
         f"-m benchmarks.pair.train --out {tmp_path / 'pair-long'} --preset h200-long",
     ]
+
+
+def test_training_runs_torch_in_strict_deterministic_mode_without_cudnn_attention() -> None:
+    """train.make_deterministic, in its own process (it sets torch's global state): strict mode (warn_only
+    would let SDPA's cuDNN backward, non-deterministic, drift a retrain as it did on the H200 on 2026-12-01)
+    and cuDNN's SDPA off. The GPU's own choice of backend is the device's to show (train.log has no
+    determinism warning); here the switches that decide it."""
+    code = (
+        "import json, torch\n"
+        "from benchmarks.pair import train\n"
+        "train.make_deterministic()\n"
+        "print(json.dumps([torch.are_deterministic_algorithms_enabled(),\n"
+        "                  torch.is_deterministic_algorithms_warn_only_enabled(),\n"
+        "                  torch.backends.cuda.cudnn_sdp_enabled()]))\n"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), str(repo / "entrypoint")])}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [True, False, False]

@@ -25,7 +25,7 @@ from ddtree.smoke.models import SmokeSettings
 from benchmarks.pair import paired_step, profile_step, serve_bench
 from tests.unit.test_ddtree_sglang import sglang_cpu_path  # noqa: F401  (fixture)
 
-A, B = "ddtree-16", "ddtree-16@graphs"
+A, B = "ddtree-16@eager", "ddtree-16"
 STEP_MS = {A: 4.0, B: 3.6}  # B's step is 0.9x A's
 TOKENS_PER_STEP = 4
 DRIFT = 0.05  # the host slows by 5% of the first step time with every full request, both servers alike

@@ -13,8 +13,8 @@ over every process, /proc/PID/environ) and every line it and `ddtree serve` logg
   the memfd link) and logs `f"{server_args=}"` with SGLang's logger exactly as engine.py:787 does at
   start-up, so the log line is the one SGLang would print; then the real patched scheduler's
   get/set_internal_state (on a stand-in scheduler with no model), the /server_info handler and the
-  tokenizer manager's request dump. The user key, the admin key (from a `--config=PATH` file), the SSL
-  key password and an HF token are searched in argv, environments, logs, answers and the dump file.
+  tokenizer manager's request and crash dumps. The user key, the admin key (from a `--config=PATH` file),
+  the SSL key password and an HF token are searched in argv, environments, logs, answers and the dumps.
 - The spelling tests: abbreviations of secret options and of --config are refused (checked against the
   real parser's option list), `--config=PATH` is read like `--config PATH`.
 """
@@ -76,9 +76,9 @@ exec(compile(open(_init).read(), _init, "exec"))
 REAL_LAUNCH = '''\
 """STAND-IN launch_server over the real sglang: the real prepare_server_args, then engine.py's log line,
 then the real (patched) scheduler's get_internal_state and set_internal_state (on a stand-in scheduler:
-no model), the real /server_info handler and the real tokenizer manager's request dump, each compiled from
-its module's source on its own (importing http_server or tokenizer_manager needs uvloop) with stand-ins for
-what they read besides the real ServerArgs."""
+no model), the real /server_info handler and the real tokenizer manager's request and crash dumps, each
+compiled from its module's source on its own (importing http_server or tokenizer_manager needs uvloop) with
+stand-ins for what they read besides the real ServerArgs."""
 import ast, asyncio, dataclasses, hashlib, json, logging, os, pickle, signal, sys, time, types
 import sglang
 from sglang.srt import server_args as sa
@@ -116,6 +116,8 @@ async def states():
 manager = NS(server_args=server_args, get_internal_state=states)
 from ddtree import image_identity  # the stand-in's image: the labels file the test wrote
 image_identity.LABEL_FILES = (__import__("pathlib").Path(os.environ["TEST_IMAGE_LABELS"]),)
+# what `ddtree serve`'s tree step exports in an image (here there is no baked tree to measure)
+os.environ[image_identity.SERVED_TREE_ENV] = os.environ["TEST_MEASURED_TREE"]
 try:
     ddtree_image = compiled("entrypoints/http_server.py", "_ddtree_image", {})
 except StopIteration:  # a series without the patch ddtree-served-identity
@@ -138,6 +140,15 @@ async def write_dump():
         await asyncio.sleep(0.05)
     await asyncio.sleep(0.2)
 asyncio.run(write_dump())
+crash_dump = compiled("managers/tokenizer_manager.py", "dump_requests_before_crash", {
+    "os": os, "socket": __import__("socket"), "sys": sys, "pickle": pickle,
+    "logger": logging.getLogger("dump"), "datetime": __import__("datetime").datetime,
+    "envs": NS(SGLANG_PYSPY_DUMP_BEFORE_CRASH=NS(get=lambda: False),
+               SGLANG_CUDA_COREDUMP_BEFORE_CRASH=NS(get=lambda: False)),
+    "secret_free_server_args": getattr(sa, "secret_free_server_args", lambda s: s)})
+crash_dump(NS(server_args=server_args, crash_dump_folder=os.environ["CRASH_DUMP_DIR"],
+              crash_dump_performed=False, rid_to_state={},
+              crash_dump_request_list=[({"text": "hi"}, {"text": "!"}, 0.0, 1.0)]), "host")
 print("READY", os.getpid(), flush=True)
 time.sleep(120)
 '''
@@ -227,6 +238,7 @@ def test_api_key_never_on_a_command_line(tmp_path: Path) -> None:
     (fake / "sglang" / "__init__.py").write_text("")
     (fake / "sglang" / "launch_server.py").write_text(STAND_IN)
     env = _serve_env(tmp_path, [str(fake)], "--log-level info")
+    env["DDTREE_SERVED_TREE_SHA256"] = "e" * 64  # inherited, not measured: must not reach the server
     proc, log = _run_until_ready(env, timeout=120)  # a loaded 2-core machine
     try:
         assert f"api-key sha256 {_sha(API_KEY)}" in log  # the server got the key from the file
@@ -237,9 +249,27 @@ def test_api_key_never_on_a_command_line(tmp_path: Path) -> None:
                     if arg.endswith("server-config.yaml"))  # fmt: skip
         assert os.readlink(link).startswith(f"/proc/{proc.pid}/fd/")  # memory only: no copy on disk
         assert link.parent.stat().st_mode & 0o777 == 0o700
+        assert "DDTREE_SERVED_TREE_SHA256" not in Path(f"/proc/{proc.pid}/environ").read_text()
     finally:
         log += _stop(proc)
     assert not [line for line in log if API_KEY in line or ADMIN_KEY in line]
+
+
+def test_a_secret_in_ddtree_extra_args_is_not_left_in_the_servers_environment(tmp_path: Path) -> None:
+    """DDTREE_EXTRA_ARGS is read into the command line (the secret into the in-memory config); the variable
+    itself, which held the secret, is not inherited by the server (it was, until 2026-12-01)."""
+    fake = tmp_path / "fake"
+    (fake / "sglang").mkdir(parents=True)
+    (fake / "sglang" / "__init__.py").write_text("")
+    (fake / "sglang" / "launch_server.py").write_text(STAND_IN)
+    env = _serve_env(tmp_path, [str(fake)], f"--log-level info --admin-api-key {ADMIN_KEY}")
+    proc, log = _run_until_ready(env, timeout=120, after=())
+    try:
+        assert f"admin-api-key sha256 {_sha(ADMIN_KEY)}" in log  # the server got it, from the config
+        _assert_no_secret_anywhere(proc, log)
+        assert "DDTREE_EXTRA_ARGS" not in Path(f"/proc/{proc.pid}/environ").read_text()
+    finally:
+        log += _stop(proc)
 
 
 def test_real_sglang_reads_the_keys_and_does_not_log_them(
@@ -275,7 +305,9 @@ def test_real_sglang_reads_the_keys_and_does_not_log_them(
     dump_file = tmp_path / "dumps" / "requests.pkl"
     labels = {"io.ddtree.target": "pro6000", "io.ddtree.tree.sha256": "c" * 64}
     (tmp_path / "image-labels.json").write_text(json.dumps(labels))
-    env.update(HF_TOKEN=HF_TOKEN, DUMP_FILE=str(dump_file), DDTREE_SERVED_TREE_SHA256="d" * 64)
+    crash_dir = tmp_path / "crash-dumps"
+    env.update(HF_TOKEN=HF_TOKEN, DUMP_FILE=str(dump_file), TEST_MEASURED_TREE="d" * 64)
+    env["CRASH_DUMP_DIR"] = str(crash_dir)
     env["TEST_IMAGE_LABELS"] = str(tmp_path / "image-labels.json")
     secrets = (API_KEY, ADMIN_KEY, PW, HF_TOKEN)
     proc, log = _run_until_ready(env, timeout=600, after=("--ssl-keyfile-password", PW))
@@ -296,6 +328,14 @@ def test_real_sglang_reads_the_keys_and_does_not_log_them(
         for name in ("api_key", "admin_api_key", "ssl_keyfile_password"):
             assert name not in served and name not in served["internal_states"][0] and name not in answer
         assert dump_file.stat().st_size > 0
+        # the in-memory config is closed and its link removed once SGLang has merged it (secret-args-repr)
+        link = next(
+            a for a in Path(f"/proc/{proc.pid}/cmdline").read_text().split("\0") if a.endswith(".yaml")
+        )
+        assert link.endswith("server-config.yaml") and not os.path.lexists(link)
+        assert not Path(link).parent.exists()
+        open_files = [os.readlink(fd) for fd in Path(f"/proc/{proc.pid}/fd").iterdir() if fd.is_symlink()]
+        assert open_files and not [f for f in open_files if f.startswith("/memfd:")]
         # a receipt records the server's settings from that answer
         document = receipt.build("live", server=server_settings(served), figures={}, greedy={}, checks=[],
                                  verdict="REPRODUCED", image={}, host={})  # fmt: skip
@@ -303,6 +343,10 @@ def test_real_sglang_reads_the_keys_and_does_not_log_them(
         _assert_no_secret_anywhere(proc, log, secrets)
         dumped = dump_file.read_bytes()
         assert b"server_args" in dumped and not [s for s in secrets if s.encode() in dumped]
+        (crashed,) = (crash_dir / "host").glob("crash_dump_*.pkl")  # with the launch command (sys.argv)
+        crash = crashed.read_bytes()
+        assert b"server_args" in crash and b"launch_command" in crash
+        assert not [s for s in secrets if s.encode() in crash]
     finally:
         log += _stop(proc)
     assert not [line for line in log for s in secrets if s in line]
@@ -354,6 +398,20 @@ def test_config_with_equals_is_read_like_the_separate_token(tmp_path: Path, with
         args = launch.server_args
         assert args[args.index("--config") + 1] == str(config)
         assert not [a for a in args if a.startswith("--config=")]
+
+
+@pytest.mark.parametrize(
+    "text", [f"api-key: {API_KEY}: x\n", f'admin-api-key: "{ADMIN_KEY}\n', f"ssl-keyfile-password: [{PW}\n"]
+)
+def test_a_malformed_config_file_is_refused_without_showing_its_secret(tmp_path: Path, text: str) -> None:
+    """PyYAML's message quotes the line it failed on; the one-line error keeps the position only."""
+    config = tmp_path / "server.yaml"
+    config.write_text(text)
+    with pytest.raises(UserError) as caught:
+        _plan(tmp_path, ["--config", str(config)])
+    message = str(caught.value)
+    assert message.startswith(f"{config}: not valid YAML (") and " at line " in message
+    assert API_KEY not in message and ADMIN_KEY not in message and PW not in message
 
 
 def test_the_full_prefix_list_is_sglangs(sglang_cpu_path: str) -> None:  # noqa: F811

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 
 import pytest
 from ddtree.smoke import check as smoke
@@ -97,6 +98,49 @@ def test_settings_follow_the_pro6000_profile() -> None:
     s = smoke.settings_from_profile("pro6000")
     assert (s.block_size, s.budget, s.topk, s.window) == (8, 8, 4, 2048)
     assert s.long_prompt > s.window
+
+
+def test_both_profiles_give_the_smoke_the_same_ddtree_settings() -> None:
+    """The smoke and the stress take only block size, budget, top-k and window from a profile; while b300's
+    equal pro6000's, a DDTREE_TARGET=b300 run is the same run (the profiles' other flags are TP-only or
+    environment for their own GPUs)."""
+    assert smoke.settings_from_profile("b300") == smoke.settings_from_profile("pro6000")
+
+
+def test_greedy_tok_s_leaves_first_use_compiles_out() -> None:
+    """A client double standing in for an SGLang server (none runs here) whose first request of each shape
+    (prompt length, new tokens) takes 30 s, a Triton compile, and every later one 0.1 s. The timed batch
+    must see no compile: the warm-up sends the same shapes first, with other tokens."""
+
+    class Clock:
+        now = 0.0
+
+    lock = threading.Lock()
+    seen: set[tuple[int, int]] = set()
+    sent: list[list[int]] = []
+
+    class Client:
+        def post_json(self, route: str, body: dict) -> dict:
+            ids, new = body["input_ids"], body["sampling_params"]["max_new_tokens"]
+            with lock:
+                Clock.now += 0.1 if (len(ids), new) in seen else 30.0
+                seen.add((len(ids), new))
+                sent.append(ids)
+            return {"output_ids": [ids[-1]] * new, "meta_info": {}}
+
+    settings = smoke_models.SmokeSettings()
+    prompts = smoke.greedy_prompts(settings)
+    result = smoke.ModeResult("baseline")
+    smoke.run_greedy(Client(), prompts, settings, result, clock=lambda: Clock.now)
+    tokens = len(prompts) * settings.max_new_tokens
+    assert result.tokens_per_s == pytest.approx(tokens / (0.1 * len(prompts)))
+    assert result.warmup_s == pytest.approx(30.0 * (len(prompts) + 1) + 0.1)
+    assert result.outputs == [[p[-1]] * settings.max_new_tokens for p in prompts]
+    warm = sent[: len(prompts) + 1]
+    assert sorted(len(p) for p in warm[1:]) == sorted(len(p) for p in prompts)  # lengths as the prompts', ...
+    assert not any(p in prompts for p in warm)  # ... other tokens: no prefix-cache hit on the timed prompts
+    assert sent[len(prompts) + 1] == prompts[0]
+    assert "warmup_s" in result.as_dict()
 
 
 def test_selfcheck_smoke_says_it_cannot_run_without_gpu_or_sglang() -> None:

@@ -35,6 +35,16 @@ def test_the_device_gets_sglang_and_the_fixed_transformers_not_what_it_has() -> 
     assert len(text.splitlines()) == len(need)
 
 
+def test_beside_the_main_lock_the_router_lock_stages_the_router_alone() -> None:
+    """env/router.lock is the freeze's pins plus sglang-router: beside the main lock (already staged, or the
+    device's own) only the router's wheel is left, so the device's secrets job can run the real router."""
+    router_lock = stage_wheels.REPO_ROOT / "env" / "router.lock"
+    beside = read_pins(stage_wheels.DEFAULT_LOCK)
+    need = stage_wheels.needed(read_pins(router_lock), _device(), beside)
+    assert [(p.name, p.version) for p in need] == [("sglang-router", "0.3.2")]
+    assert len(stage_wheels.needed(read_pins(router_lock), _device())) > 1  # without --beside: its deps too
+
+
 def test_a_pin_without_hash_is_refused(tmp_path: Path) -> None:
     lock = tmp_path / "bare.lock"
     lock.write_text("sglang==0.5.13.post1\n")

@@ -4,7 +4,7 @@ stretches (KV append, chain stage, tree stage) are captured or left eager, on CP
 The module is the one the real patch series writes into the pinned sglang (the patched CPU tree of
 test_ddtree_sglang.py), loaded alone: it needs only torch. Stand-ins, where CUDA cannot run here: the target's
 model runner is a namespace (server_args.disable_cuda_graph, graph_runner.capture_bs); past the common
-refusals, step_graphs_refusal answers None (as on a CUDA device with SGLANG_DFLASH_STEP_GRAPHS=1) and
+refusals, step_graphs_refusal answers None (as on a CUDA device with the switch on, its default) and
 torch.cuda.graph_pool_handle hands out a placeholder, so that capture_all reaches its capture, which then
 fails on the CPU build of torch (no CUDA stream) as a failing capture fails on the device. A capture that
 succeeds is
@@ -89,8 +89,8 @@ def _capture(step_graphs, stretch: _Stretch, caplog, *, log=True, device="cuda",
 @pytest.mark.parametrize(
     ("switch", "kwargs", "reason"),
     [
-        (None, {}, "SGLANG_DFLASH_STEP_GRAPHS is not 1 (opt-in until the smoke and the stress pass with it)"),
-        ("0", {}, "SGLANG_DFLASH_STEP_GRAPHS is not 1 (opt-in until the smoke and the stress pass with it)"),
+        ("0", {}, "SGLANG_DFLASH_STEP_GRAPHS=0 (switched off)"),
+        (None, {"device": "cpu"}, "the device is cpu, not CUDA"),  # unset is on: the next condition refuses
         ("1", {"disable_cuda_graph": True}, "CUDA graphs are disabled for the server"),
         ("1", {"graph_runner": False}, "CUDA graphs are disabled for the server"),
         ("1", {"device": "cpu"}, "the device is cpu, not CUDA"),

@@ -2,11 +2,13 @@
 
 Real here: the request mix, stop-string placement, divergence and log checks, the noise written into
 the smoke check's tiny weights, and the whole script (main, HTTP, aborts, gap queries, verdict, summary.json)
-run against two TEST DOUBLES of SGLang's /generate and /abort_request: real HTTP, fake model (the tiny
-target's greedy walk along its successor cycle, answered by token ids, with stop strings on the byte
-tokenizer's text, aborts by rid, top-2 log-probs and the speculative server's custom-logit-processor
-refusal; request options are ignored, the same on both doubles), because the real servers need a GPU
-(`device_ddtree.sh stress`)."""
+run against two TEST DOUBLES of SGLang's /generate and /abort_request: real HTTP, fake model (the crafted
+options target's table, tests/gpu/options_target.py: the smoke's successor cycle with gadget rows, walked
+greedily or sampled, request options applied by options_target's reference of plain decoding; answered by
+token ids, with EOS and stop ids, stop strings on the byte tokenizer's text, aborts by rid, batches of
+prompts, top-2 log-probs and the speculative server's custom-logit-processor refusal), because the real
+servers need a GPU (`device_ddtree.sh stress`). A double can be told to ignore request options, greedy or
+sampled, to see the verdict fail."""
 
 from __future__ import annotations
 
@@ -23,10 +25,20 @@ import pytest
 from ddtree.smoke import dims as smoke_dims
 from ddtree.smoke import models as smoke_models
 
+from tests.gpu import options_target
 from tests.gpu import stress_ddtree as stress
 from tests.unit.bench_double import send_body
 
 CYCLE = smoke_models.successor_cycle(1234)
+LADDER = smoke_models.logit_table(CYCLE)  # the stress's target (its greedy walk is CYCLE)
+CRAFTED = options_target.options_table(smoke_models.SmokeSettings().seed)  # the --options-only target
+LOGIT_OPTIONS = {
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "min_new_tokens",
+    "logit_bias",
+}
 
 
 def test_request_mix_covers_lengths_cuts_and_aborts() -> None:
@@ -181,25 +193,46 @@ class _Generate(BaseHTTPRequestHandler):
             raw = b"data: [DONE]\n\n"
             self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n0\r\n\r\n")
             return
+        if body["input_ids"] and isinstance(body["input_ids"][0], list):  # a batch of prompts
+            answers = [[*self._walk({**body, "input_ids": ids}, params)][-1] for ids in body["input_ids"]]
+            send_body(self, 200, "application/json", json.dumps(answers).encode())
+            return
         *_, answer = self._walk(body, params)
         send_body(self, 200, "application/json", json.dumps(answer).encode())
+
+    def _next(self, last: int, out: list[int], params: dict) -> int:
+        """The crafted table's next token: options_target's reference of plain decoding, greedy or sampled."""
+        sampled = params.get("temperature", 1.0) > 0
+        ignore = self.server.ignore_sampled_options if sampled else self.server.ignore_greedy_options
+        options = {"temperature": params.get("temperature", 1.0)} if ignore else params
+        row_of = out[-1] if out else last
+        if row_of >= smoke_dims.REAL_TOKENS:
+            return 0
+        if not sampled and not LOGIT_OPTIONS & set(options):
+            return self.server.greedy_next[row_of]
+        if not sampled:
+            logits = options_target.adjusted_row(self.server.table[row_of], out, options)
+            return max(range(smoke_dims.VOCAB), key=logits.__getitem__)
+        weights = options_target.probabilities(self.server.table, last, out, options)
+        return self.server.rng.choices(range(smoke_dims.VOCAB), weights)[0]
 
     def _walk(self, body: dict, params: dict) -> Iterator[dict]:
         """One event per 4 tokens (a verify step), cumulative output_ids, the last with its finish reason."""
         cur, out, finish = body["input_ids"][-1], [], None
         stop = (params.get("stop") or [None])[0]
+        stop_ids = {smoke_dims.EOS_ID, *(params.get("stop_token_ids") or ())}
         while finish is None:
             time.sleep(0.002)
             for _ in range(4):
                 if body.get("rid") in self.server.aborted:
                     finish = "abort"
                     break
-                cur = CYCLE[cur] if cur < smoke_dims.REAL_TOKENS else 0
+                cur = self._next(body["input_ids"][-1], out, {"temperature": 0.0, **params})
                 out.append(
                     (cur + 1) % smoke_dims.REAL_TOKENS if len(out) + 1 in self.server.corrupt_at else cur
                 )
                 text = bytes(t for t in out if t < 128).decode("latin-1")
-                if stop and text.endswith(stop):
+                if (stop and text.endswith(stop)) or out[-1] in stop_ids:
                     finish = "stop"
                 elif len(out) == params["max_new_tokens"]:
                     finish = "length"
@@ -216,17 +249,29 @@ class _Double(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128  # 32 requests connect at once (the default backlog of 5 resets some)
 
-    def __init__(self, algorithm: str | None, corrupt_at: set[int]):
+    def __init__(self, algorithm: str | None, corrupt_at: set[int], ignore: str = "", crafted: bool = False):
         super().__init__(("127.0.0.1", 0), _Generate)
         self.algorithm = algorithm  # the speculative double: refuses custom logit processors
         self.seen_params: list[dict] = []
         self.corrupt_at = corrupt_at
         self.aborted: set[str] = set()
+        self.ignore_greedy_options = ignore == "greedy"
+        self.ignore_sampled_options = ignore == "sampled"
+        self.rng = random.Random(5)
+        self.table = CRAFTED if crafted else LADDER
+        self.greedy_next = [max(range(smoke_dims.VOCAB), key=row.__getitem__) for row in self.table]
 
 
 @contextmanager
-def _doubles(corrupt_at: set[int], algorithm: str = "DDTREE") -> Iterator[tuple[str, str]]:
-    servers = [_Double(algorithm, corrupt_at), _Double(None, set())]
+def _doubles(
+    corrupt_at: set[int],
+    algorithm: str = "DDTREE",
+    ignore: tuple[str, str] = ("", ""),
+    crafted: bool = False,
+) -> Iterator[tuple[str, str]]:
+    """The speculative double and the plain one, on the ladder or the crafted options target; `ignore`: the
+    request options each ignores ("greedy" or "sampled" requests' options)."""
+    servers = [_Double(algorithm, corrupt_at, ignore[0], crafted), _Double(None, set(), ignore[1], crafted)]
     threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
     for t in threads:
         t.start()
@@ -260,7 +305,8 @@ def test_whole_run_against_servers_already_up(tmp_path: Path, corrupt: bool, cap
         assert (
             "mixed: 28/28 greedy outputs identical" in printed
             and "long: 4/4 greedy outputs identical" in printed
-            and "info options: 8/8 greedy outputs identical" in printed
+            and "info options: 9/9 greedy outputs identical" in printed
+            and "info options change plain output in " in printed
         )
 
 
@@ -287,11 +333,12 @@ def test_options_only_judges_the_options_phase(tmp_path: Path, corrupt: bool, ca
     assert "ok   ddtree refuses a streamed custom_logit_processor before the stream: HTTP 400" in printed
     if corrupt:
         bugs = summary["bug_divergences"]
-        assert {b["request"] for b in bugs} == {f"opt-{name}" for name, _ in stress.OPTION_SETS}, bugs
+        assert {b["request"] for b in bugs} == {f"opt-{c[0]}" for c in options_target.OPTION_CASES}, bugs
         assert all(b["index"] == 40 and b["gap"] == pytest.approx(1.99) for b in bugs), bugs
     else:
-        assert "ok   options: 8/8 greedy outputs identical to plain decoding" in printed, printed
-        assert "info options change plain output in 0/8 requests" in printed, "the doubles ignore options"
+        assert "ok   options: 9/9 greedy outputs identical to plain decoding" in printed, printed
+        assert "info options change plain output in " in printed, "not the crafted target: information"
+        assert "chi " not in printed, "the sampling phase needs the crafted target"
 
 
 def test_without_a_gpu_it_says_why_and_exits_2(tmp_path: Path, capsys) -> None:
@@ -371,15 +418,122 @@ def test_dflash_runs_the_same_stress_without_the_ddtree_only_checks(tmp_path: Pa
     assert json.loads((tmp_path / "summary.json").read_text())["algorithm"] == "DFLASH"
 
 
-def test_options_phase_sends_each_option_set_greedy() -> None:
+def test_options_phase_sends_each_option_case_greedy() -> None:
     mixed = stress.mixed_requests(7, 2048, 8, smoke_dims.REAL_TOKENS, tp=2)
     opts = stress.options_requests(mixed)
-    assert [r.name for r in opts] == [f"opt-{name}" for name, _ in stress.OPTION_SETS]
+    assert [r.name for r in opts] == [f"opt-{c[0]}" for c in options_target.OPTION_CASES]
     assert not any(r.abort or r.sampled for r in opts)
+    assert [r.prompt for r in opts] == [r.prompt for r in mixed if not r.abort and not r.sampled][: len(opts)]
     params = opts[0].payload("x")["sampling_params"]
-    assert params == {"max_new_tokens": stress.OPTIONS_NEW, "temperature": 0.0, "frequency_penalty": 0.5}
-    assert opts[5].payload("x")["sampling_params"]["logit_bias"] == {"65": 4.0, "101": -3.0}
-    without = stress.options_requests(mixed, with_tokenizer=False)
+    assert params == {
+        "max_new_tokens": options_target.OPTIONS_NEW,
+        "temperature": 0.0,
+        "frequency_penalty": 0.7,
+    }
+    by_name = {r.name: r for r in opts}
+    assert json.loads(by_name["opt-min_new_stop_id"].base_options) == {"stop_token_ids": [options_target.S]}
+    assert by_name["opt-logit_bias"].payload("x")["sampling_params"]["logit_bias"] == {
+        "112": 3.0,
+        "111": -1.0,
+    }
+    crafted = stress.options_requests(mixed, crafted=True)
+    assert [r.prompt for r in crafted] == [
+        [*options_target.PREFIX, c[1]] for c in options_target.OPTION_CASES
+    ]
+    without = stress.options_requests(mixed, with_tokenizer=False, crafted=True)
     assert without and all("min_new_tokens" not in r.options for r in without), (
         "no tokenizer: no min_new_tokens"
     )
+
+
+def _crafted_run(
+    tmp_path: Path, ignore: tuple[str, str], monkeypatch, algorithm: str = "DDTREE"
+) -> tuple[int, str]:
+    monkeypatch.setattr(stress, "CHI_REQUESTS", 1500)  # the doubles sample in Python; power stays ample
+    with _doubles(set(), algorithm, ignore=ignore, crafted=True) as (ddtree_url, plain_url):
+        rc = stress.main(
+            ["--out", str(tmp_path), "--ddtree-url", ddtree_url, "--baseline-url", plain_url,
+             "--options-only", "--crafted-target", "--algorithm", algorithm]
+        )  # fmt: skip
+    return rc, capsys_text(tmp_path)
+
+
+def capsys_text(out: Path) -> str:
+    return "\n".join(json.loads((out / "summary.json").read_text())["checks"])
+
+
+@pytest.mark.parametrize("algorithm", ["DDTREE", "DFLASH"])
+def test_options_only_on_the_crafted_target_judges_every_option(
+    tmp_path: Path, monkeypatch, algorithm: str
+) -> None:
+    """--options-only on the crafted options target (the doubles serve its table and apply the options as
+    plain decoding does): every case equal token for token, every case's option changes plain decoding's
+    output, plain decoding is the table's exact walk, and both servers' samples pass the chi-square test
+    against the exact distribution and fail it against the one without options."""
+    rc, checks = _crafted_run(tmp_path, ("", ""), monkeypatch, algorithm)
+    assert rc == 0, checks
+    n = len(options_target.OPTION_CASES)
+    assert f"ok   options: {n}/{n} greedy outputs identical to plain decoding" in checks, checks
+    assert f"ok   options change plain output in {n}/{n} requests" in checks, checks
+    walk = f"ok   options: plain decoding's {n}/{n} outputs are the crafted table's exact greedy walk"
+    assert walk in checks, checks
+    for label in (algorithm.lower(), "plain"):
+        assert f"ok   chi {label}: 1500 samples at temperature 1 with every option" in checks, checks
+        assert f"ok   chi {label}: and " in checks and "(power)" in checks, checks
+    assert json.loads((tmp_path / "summary.json").read_text())["crafted_options_target"]
+
+
+@pytest.mark.parametrize(
+    ("ignore", "failed"),
+    [
+        (("sampled", ""), ["FAIL chi ddtree: 1500 samples", "FAIL chi ddtree: and "]),
+        (("greedy", ""), ["FAIL options: 1/9 greedy outputs identical"]),  # stop_token_ids: not a logit
+        (("", "greedy"), ["FAIL options change plain output in 1/9", "FAIL options: plain decoding's 1/9"]),
+    ],
+)
+def test_crafted_options_target_fails_a_server_that_ignores_options(
+    tmp_path: Path, monkeypatch, ignore: tuple[str, str], failed: list[str]
+) -> None:
+    """A speculative server that samples without the options fails the chi-square test (and passes the one
+    without options: no power check passes); one that decodes greedily without them diverges from plain
+    decoding; a plain server without them changes no output and is not the table's walk."""
+    rc, checks = _crafted_run(tmp_path, ignore, monkeypatch)
+    assert rc == 1, checks
+    for text in failed:
+        assert text in checks, checks
+
+
+def test_options_only_launch_serves_the_crafted_target_without_noise_or_forced_retraction(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """main() without URLs and --options-only: the real model writers run, the target's logits become the
+    crafted table (no noise), neither SGLANG_TEST_RETRACT nor the small KV pool reach the servers, and a
+    retraction in a server's log fails the run. smoke.gpu_problem and `launched` are MOCKED (a real server
+    needs SGLang on a GPU): `launched` answers through the crafted doubles and returns a log."""
+    safetensors = pytest.importorskip("safetensors.torch")
+    monkeypatch.setattr(stress.smoke, "gpu_problem", lambda tp, arch: None)
+    monkeypatch.setattr(stress, "CHI_REQUESTS", 480)
+    for name in stress.STRESS_ENV:  # main() sets the servers' environment in its own: restored afterwards
+        monkeypatch.delenv(name, raising=False)
+    seen: dict[str, object] = {}
+
+    with _doubles(set(), crafted=True) as (ddtree_url, plain_url):
+
+        def fake_launched(label, mode_args, target, settings, out, work, skip_choices=(False, True)):
+            head = safetensors.load_file(str(target / "model.safetensors"))["lm_head.weight"].float()
+            seen[label] = (head, settings.extra_server_args, stress.os.environ.get("SGLANG_TEST_RETRACT"))
+            client = stress.Client(ddtree_url if label == "ddtree" else plain_url)
+            answers, refusal = work(client, True)
+            log = "#retracted_reqs: 2\n" if label == "plain" else ""
+            return stress.ServerRun(answers, refusal, log, True, False)
+
+        monkeypatch.setattr(stress, "launched", fake_launched)
+        rc = stress.main(["--out", str(tmp_path), "--options-only"])
+    checks = capsys_text(tmp_path)
+    head, extra, retract = seen["ddtree"]
+    row = options_target.options_table(smoke_models.SmokeSettings().seed)[options_target.A]
+    assert head[:, options_target.A].mul(16).tolist() == row, "lm_head column A = the crafted row / 16"
+    assert extra == () and retract is None, (extra, retract)
+    assert "ok   ddtree: 0 requests retracted (none expected: default KV pool)" in checks, checks
+    assert rc == 1 and "FAIL plain: 2 requests retracted" in checks, checks
+    assert "ok   chi ddtree: 480 samples" in checks, checks

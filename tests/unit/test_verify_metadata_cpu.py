@@ -44,11 +44,11 @@ def test_the_switch_and_a_sliding_window_choose_the_path(facts: dict) -> None:
     assert facts["routing"] == {"on": True, "off": False, "on_window": False, "on_window_off": True}
 
 
-def test_the_switch_is_opt_in(facts: dict) -> None:
-    """Off unless set (until the smoke and the stress pass with it on a GPU)."""
+def test_the_switch_is_on_unless_set_off(facts: dict) -> None:
+    """On by default (the smoke and the stress passed with it on the H200); "0" or "false": upstream's ops."""
     env = facts["env"]
     assert env.pop("name") == "SGLANG_DDTREE_FAST_METADATA"
-    assert env == {"unset": False, "0": False, "1": True, "false": False, "true": True}
+    assert env == {"unset": True, "0": False, "1": True, "false": False, "true": True}
 
 
 COMPILE = r"""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ddtree.errors import UserError
-from ddtree.secret_rules import is_secret_name, strip_secret_args
+from ddtree.secret_rules import is_secret_name, redact, strip_secret_args
 from ddtree.targets import validate_target
 from ddtree.yamlfile import load_yaml
 
@@ -82,21 +82,22 @@ def read_unit(text: str, source: str) -> tuple[list[str], dict[str, str]]:
         if key == "ExecStart" and value.strip():
             exec_start = value.strip().lstrip("-@+!:")
         elif key == "Environment":
-            for item in _split(value, source):
+            for item in _split(value, source, "an Environment= line"):
                 name, eq, val = item.partition("=")
                 if not eq:
-                    raise UserError(f"{source}: Environment entry {item!r} is not NAME=VALUE")
+                    raise UserError(f"{source}: Environment entry {redact(item, ())!r} is not NAME=VALUE")
                 environment[name] = val
     if exec_start is None:
         raise UserError(f"{source}: no ExecStart= in [Service]; the unit must launch sglang")
-    return _split(exec_start, source), environment
+    return _split(exec_start, source, "ExecStart="), environment
 
 
-def _split(value: str, source: str) -> list[str]:
+def _split(value: str, source: str, what: str) -> list[str]:
+    """The line's words; a quoting error names the line, not its text (it may hold a key or token)."""
     try:
         return shlex.split(value)
     except ValueError as exc:
-        raise UserError(f"{source}: cannot split {value[:60]!r} ({exc}); fix its quoting") from exc
+        raise UserError(f"{source}: cannot split {what} ({exc}); fix its quoting") from exc
 
 
 def _convert(flag: str, values: list[str], source: str) -> Any:

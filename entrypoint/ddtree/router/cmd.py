@@ -17,7 +17,8 @@ router keeps the process and its signals. Nothing here balances load: the router
 The API key never reaches the router's command line or environment: sglang-router 0.3.2 reads it only from
 --api-key, so the router runs as `python -m ddtree.router.launch` (the router's own parser and launcher in
 that process), which reads the key from a memfd this process hands across exec (see ddtree.router.launch).
---api-key and --control-plane-api-keys (or an abbreviation) in the router arguments are refused.
+--api-key, --control-plane-api-keys and the history backends' --oracle-password, --postgres-db-url and
+--redis-url (or an abbreviation) in the router arguments are refused, naming where to give them instead.
 """
 
 from __future__ import annotations
@@ -42,8 +43,17 @@ DEFAULT_PORT = 30000
 WORKER_STARTUP_TIMEOUT_S = 3600
 # Kubernetes label selector term: key=value (the router's --selector form).
 _SELECTOR = re.compile(r"^[A-Za-z0-9./_-]+=[A-Za-z0-9._-]*$")
-# The router's options whose values are secrets: never on its command line (argparse also takes prefixes).
-ROUTER_SECRET_FLAGS = ("--api-key", "--control-plane-api-keys")
+# The router's options whose values are (or may hold) secrets: never on its command line (argparse also takes
+# prefixes), each with where to give it instead. sglang-router 0.3.2's own parser reads the history backends'
+# password and URLs from the router's environment (ATP_PASSWORD, POSTGRES_DB_URL, REDIS_URL).
+_REPLICA_KEY = "give the replicas' key with DDTREE_API_KEY or DDTREE_API_KEY_FILE"
+ROUTER_SECRET_FLAGS = {
+    "--api-key": _REPLICA_KEY,
+    "--control-plane-api-keys": _REPLICA_KEY,
+    "--oracle-password": "set ATP_PASSWORD in the router's environment (sglang-router reads it there)",
+    "--postgres-db-url": "set POSTGRES_DB_URL in the router's environment (sglang-router reads it there)",
+    "--redis-url": "set REDIS_URL in the router's environment (sglang-router reads it there)",
+}
 
 
 def replica_urls(text: str) -> list[str]:
@@ -127,8 +137,8 @@ def refuse_secret_flags(argv: Sequence[str]) -> None:
         meant = [s for s in ROUTER_SECRET_FLAGS if s.startswith(flag)]
         if meant:
             raise UserError(
-                f"{flag} ({meant[0]}) is not taken on the router's command line, which any process on the "
-                "host can read: give the replicas' key with DDTREE_API_KEY or DDTREE_API_KEY_FILE",
+                f"{flag} ({' or '.join(meant)}) is not taken on the router's command line, which any process "
+                f"on the host can read: {ROUTER_SECRET_FLAGS[meant[0]]}",
                 exit_code=EXIT_CANNOT_RUN,
             )
 

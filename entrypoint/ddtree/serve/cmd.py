@@ -39,7 +39,8 @@ they are moved into a YAML that SGLang 0.5.13.post1 reads with `--config FILE` (
 config values come before the command line's, and no secret is left on it to override them). The YAML lives
 only in memory: a memfd this process passes across exec, reached through a `server-config.yaml` link in a
 private temporary folder (SGLang wants a .yaml name). DDTREE_API_KEY(_FILE) are removed from the server's
-environment, and so are HF_TOKEN and HUGGING_FACE_HUB_TOKEN (the server loads local folders). SGLang's
+environment, and so are HF_TOKEN, HUGGING_FACE_HUB_TOKEN (the server loads local folders) and
+DDTREE_EXTRA_ARGS (read into the command line, secrets into the config, so no copy stays behind). SGLang's
 argparse takes abbreviations (`--api-ke`): an abbreviation of a secret option or of --config is refused,
 and `--config=PATH` becomes `--config PATH` (SGLang merges the file only then). The patch
 `secret-args-repr` keeps the secrets out of ServerArgs' repr (logged at start-up), /server_info,
@@ -64,6 +65,7 @@ import argparse
 import os
 import sys
 
+from ddtree import image_identity
 from ddtree.serve import jit_cache
 from ddtree.serve.launch import plan
 from ddtree.serve.preflight import preflight
@@ -74,6 +76,10 @@ from ddtree.serve.secret_args import (
 )
 
 EXIT_FAIL = 1
+
+
+# Read into the command line above, so the server needs it no more than the key variables.
+EXTRA_ARGS_ENV = "DDTREE_EXTRA_ARGS"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -98,9 +104,12 @@ def run(args: argparse.Namespace) -> int:
     for name in launch.unset:
         os.environ.pop(name, None)
     command = launch.server_command(write_server_config(launch.user_config, launch.secrets))
+    # Only the tree this process measured reaches the server's /server_info: an inherited value (an image
+    # built FROM this one, with the tree check skipped) would name files that were not measured.
+    os.environ.pop(image_identity.SERVED_TREE_ENV, None)
     os.environ.update(launch.environment)
-    for name in SECRET_ENV:  # consumed: the server and its workers do not inherit them
-        os.environ.pop(name, None)
+    for name in (*SECRET_ENV, EXTRA_ARGS_ENV):  # consumed: the server and its workers do not inherit them
+        os.environ.pop(name, None)  # (DDTREE_EXTRA_ARGS may hold a secret option, now in the config)
     os.execvp(command[0], command)
     return EXIT_FAIL  # not reached: exec replaces this process
 

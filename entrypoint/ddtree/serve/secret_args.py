@@ -109,7 +109,8 @@ def spell_guarded_flags(argv: Sequence[str]) -> list[str]:
 def write_server_config(user_config: Mapping[str, Any], secrets: Mapping[str, str]) -> str | None:
     """The --config path SGLang will read: the user's config plus the secrets, held in a memfd that exec
     keeps open (no copy on any disk), linked as server-config.yaml in a private (0700) temporary folder.
-    The link names /proc/<our pid>/fd/N: the server keeps our PID, so it resolves for the server only."""
+    The link names /proc/<our pid>/fd/N: the server keeps our PID, so it resolves for the server only;
+    the patch secret-args-repr closes the memfd and removes the link once SGLang has read it."""
     if not secrets:
         return None
     import yaml
