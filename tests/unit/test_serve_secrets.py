@@ -40,6 +40,7 @@ from ddtree.serve import launch as serve_launch
 from ddtree.serve import secret_args
 
 from tests.unit.test_ddtree_sglang import TINY_TARGET, sglang_cpu_path  # noqa: F401 (a pytest fixture)
+from tests.unit.test_router_secrets import open_file_targets
 from tests.unit.test_serve import PROFILE
 
 API_KEY = "sk-live-0123456789abcdefSECRET"
@@ -334,7 +335,7 @@ def test_real_sglang_reads_the_keys_and_does_not_log_them(
         )
         assert link.endswith("server-config.yaml") and not os.path.lexists(link)
         assert not Path(link).parent.exists()
-        open_files = [os.readlink(fd) for fd in Path(f"/proc/{proc.pid}/fd").iterdir() if fd.is_symlink()]
+        open_files = open_file_targets(proc.pid)
         assert open_files and not [f for f in open_files if f.startswith("/memfd:")]
         # a receipt records the server's settings from that answer
         document = receipt.build("live", server=server_settings(served), figures={}, greedy={}, checks=[],
