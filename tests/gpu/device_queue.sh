@@ -75,12 +75,10 @@ run_job() {
   local limit=${JOB_TIMEOUT:-900}
   case $1 in
     smoke) timeout "$limit" env OUT="$OUT/smoke" bash tests/gpu/device_ddtree.sh smoke ;;
-    smoke-graphs) timeout "$limit" env SGLANG_DFLASH_STEP_GRAPHS=1 SGLANG_DDTREE_FAST_METADATA=1 \
-                    OUT="$OUT/smoke-graphs" bash tests/gpu/device_ddtree.sh smoke ;;
-    stress-graphs) timeout "$limit" env SGLANG_DFLASH_STEP_GRAPHS=1 SGLANG_DDTREE_FAST_METADATA=1 \
-                     OUT="$OUT/stress-graphs" bash tests/gpu/device_ddtree.sh stress ;;
-    smoke-graphs-tp2) timeout "$limit" env SMOKE_TP=2 SGLANG_DFLASH_STEP_GRAPHS=1 SGLANG_DFLASH_STEP_GRAPHS_TP=1 \
-                        SGLANG_DDTREE_FAST_METADATA=1 OUT="$OUT/smoke-graphs-tp2" bash tests/gpu/device_ddtree.sh smoke ;;
+    smoke-graphs) timeout "$limit" env "${GRAPHS_ENV[@]}" OUT="$OUT/smoke-graphs" bash tests/gpu/device_ddtree.sh smoke ;;
+    stress-graphs) timeout "$limit" env "${GRAPHS_ENV[@]}" OUT="$OUT/stress-graphs" bash tests/gpu/device_ddtree.sh stress ;;
+    smoke-graphs-tp2) timeout "$limit" env "${GRAPHS_ENV[@]}" SMOKE_TP=2 SGLANG_DFLASH_STEP_GRAPHS_TP=1 \
+                        OUT="$OUT/smoke-graphs-tp2" bash tests/gpu/device_ddtree.sh smoke ;;
     smoke-splitkv) timeout "$limit" env SGLANG_DDTREE_SPLITKV_VERIFY=1 OUT="$OUT/smoke-splitkv" \
                      bash tests/gpu/device_ddtree.sh smoke ;;
     stress-splitkv) timeout "$limit" env SGLANG_DDTREE_SPLITKV_VERIFY=1 OUT="$OUT/stress-splitkv" \
