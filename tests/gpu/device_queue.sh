@@ -44,9 +44,13 @@
 #                   MLA smoke models, served as the smoke serves them; DDTREE's own kernels' share of the step
 #   (timing jobs wait for the training to end; core-bench, verify-bench and profile-mla need no trained pair)
 # usage (device, repo root): OUT=/tmp/out PAIR=/tmp/pair RUNS=/tmp/runs bash tests/gpu/device_queue.sh JOB...
+# Two lanes at once (correctness jobs only; timing jobs run alone): QUEUE_LANE=b OUT=/tmp/out-b ... in the second,
+# so each lane stops only the servers its own jobs started.
 set -u
 export PYTHONPATH=$PWD/entrypoint:$PWD:/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out} PAIR=${PAIR:-/tmp/pair} RUNS=${RUNS:-/tmp/runs}
+QUEUE_LANE=${QUEUE_LANE:-main}
+export GPU_QUEUE_LANE=$QUEUE_LANE
 TRAIN_DONE=${TRAIN_DONE:-/tmp/train.done} DEADLINE=${DEADLINE:-1200}
 PROFILE_MODES=${PROFILE_MODES:-ddtree-16,ddtree-16@eager,dflash,dflash@eager,none}
 PROFILE_CONTEXTS=${PROFILE_CONTEXTS:-256,4096}
@@ -111,13 +115,25 @@ run_job() {
   esac
 }
 
-# reap_servers JOB: stop the SGLang servers (and their scheduler/detokenizer processes) JOB left behind.
+# lane_servers: the SGLang servers (and their scheduler/detokenizer processes) this queue's jobs started. Every job
+# inherits GPU_QUEUE_LANE=$QUEUE_LANE, so two queues in lanes of their own (correctness jobs side by side on the
+# GPU) each stop only their own servers.
+lane_servers() {
+  local pattern=${SERVER_PATTERN:-sglang[.]launch_server|sglang::} pid
+  for pid in $(pgrep -f "$pattern"); do
+    tr '\0' '\n' < "/proc/$pid/environ" 2> /dev/null | grep -qx "GPU_QUEUE_LANE=$QUEUE_LANE" && echo "$pid"
+  done
+}
+
+# reap_servers JOB: stop the servers JOB left behind.
 reap_servers() {
-  local pattern=${SERVER_PATTERN:-sglang[.]launch_server|sglang::}
-  pgrep -f "$pattern" > /dev/null || return 0
-  pkill -TERM -f "$pattern"
+  local pids
+  pids=$(lane_servers)
+  [[ -n $pids ]] || return 0
+  kill -TERM $pids 2> /dev/null
   sleep "${REAP_GRACE:-5}"
-  pkill -KILL -f "$pattern"
+  pids=$(lane_servers)
+  [[ -n $pids ]] && kill -KILL $pids 2> /dev/null
   echo "$1: stopped the servers it left running" >> "$status"
 }
 

@@ -42,20 +42,32 @@ def test_jobs_past_the_deadline_and_timing_jobs_without_a_pair_are_skipped_and_s
 
 
 def test_servers_a_job_leaves_running_are_stopped_before_the_next_job(tmp_path: Path) -> None:
-    """A stand-in "server" (a sleep named like one) outlives the job; the queue stops it and says so. The job
-    itself (core-bench) fails at once here (no GPU): what is checked is what happens after it."""
+    """A stand-in "server" (a sleep named like one) started in this queue's lane outlives the job; the queue
+    stops it and says so. One started in another lane (a second queue beside it) is left alone. The job itself
+    (core-bench) fails at once here (no GPU): what is checked is what happens after it."""
     (tmp_path / "train.done").write_text("0\n")
     marker = f"ddtree-fake-server-{os.getpid()}"
-    server = subprocess.Popen(["bash", "-c", f"exec -a {marker} sleep 120"], start_new_session=True)
+
+    def fake_server(lane: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            ["bash", "-c", f"exec -a {marker} sleep 120"], start_new_session=True,
+            env={**os.environ, "GPU_QUEUE_LANE": lane},
+        )  # fmt: skip
+
+    ours, theirs = fake_server("a"), fake_server("b")
     try:
-        done = run_queue(tmp_path, "core-bench", SERVER_PATTERN=marker, REAP_GRACE="0", JOB_TIMEOUT="20")
+        done = run_queue(
+            tmp_path, "core-bench", SERVER_PATTERN=marker, REAP_GRACE="0", JOB_TIMEOUT="20", QUEUE_LANE="a"
+        )
         assert done.returncode == 0, done.stderr
-        assert server.wait(timeout=10) != 0  # killed, not finished
+        assert ours.wait(timeout=10) != 0  # killed, not finished
+        assert theirs.poll() is None  # the other lane's server still runs
         status = (tmp_path / "out" / "queue" / "status.txt").read_text()
         assert "core-bench: stopped the servers it left running" in status
     finally:
-        if server.poll() is None:
-            server.kill()
+        for server in (ours, theirs):
+            if server.poll() is None:
+                server.kill()
 
 
 def test_paired_job_measures_its_two_modes_from_the_trained_pair(tmp_path: Path) -> None:
