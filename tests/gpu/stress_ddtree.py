@@ -35,7 +35,13 @@ without speculation. Each server gets, in order:
   every option (options_target.CHI_OPTIONS), whose output counts must pass a chi-square test (p = 0.001)
   against the exact distribution and fail it against the distribution without options (the test's power),
   on both servers. The servers keep SGLang's default KV pool there, and a retraction fails the run (two
-  servers, 2-4 minutes);
+  servers, 2-4 minutes). The plain server runs there with --disable-overlap-schedule, as the speculative
+  server does (spec v1): with overlap scheduling on, SGLang 0.5.13.post1's plain decoding feeds its
+  penalizers from req.output_ids in prepare_for_decode, which under overlap runs before the previous step's
+  result is processed (and takes the prompt's last token on the first decode), so penalties count other
+  tokens than the output so far: on the H200 on 2026-12-02 its frequency-penalty walk left the definition at
+  the third token and its chi-square against the exact distribution was 28458 (limit 84), while DDTREE and
+  DFLASH matched the definition (36.7, 46.8). With --baseline-url the caller's plain server decides;
 - a streamed request with a custom_logit_processor: the speculative server (DDTREE or DFLASH) must answer
   HTTP 400 with its one-line refusal before the stream starts.
 --budget 4 makes the DFlash block (8) larger than budget + 1, the case that once ran the drafter out of KV;
@@ -95,6 +101,8 @@ SAMPLED = {"temperature": 0.8, "top_p": 0.9}
 LAUNCH_TIMEOUT_S = 300.0
 REQUEST_TIMEOUT_S = 400.0
 STRESS_ENV = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY": "1", "SGLANG_TEST_RETRACT": "1"}
+# --options-only: plain decoding as the options define them (overlap scheduling shifts its penalizers: above)
+PLAIN_EXACT_ARGS = ["--disable-overlap-schedule"]
 LOG_PROBLEMS = (
     "Traceback (most recent call last)",
     "Mem Leak Detected",
@@ -863,7 +871,10 @@ def main(argv: list[str] | None = None) -> int:
             ddtree_args = smoke_server.mode_args(label, drafter, settings)
             ddtree = launched(label, ddtree_args, target, settings, out, lambda c, t: plan.run(c, label, t))
             # the plain server the same way: stop strings need a tokenizer on both sides
-            plain = launched("plain", [], target, settings, out, plain_work, (ddtree.skipped_tokenizer,))
+            plain_args = PLAIN_EXACT_ARGS if args.options_only else []
+            plain = launched(
+                "plain", plain_args, target, settings, out, plain_work, (ddtree.skipped_tokenizer,)
+            )
         except (RuntimeError, OSError) as exc:  # a server that never got ready: its log tail says why
             print(f"stress: FAIL: {exc}")
             return 1

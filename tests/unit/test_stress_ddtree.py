@@ -507,9 +507,10 @@ def test_options_only_launch_serves_the_crafted_target_without_noise_or_forced_r
     tmp_path: Path, monkeypatch
 ) -> None:
     """main() without URLs and --options-only: the real model writers run, the target's logits become the
-    crafted table (no noise), neither SGLANG_TEST_RETRACT nor the small KV pool reach the servers, and a
-    retraction in a server's log fails the run. smoke.gpu_problem and `launched` are MOCKED (a real server
-    needs SGLang on a GPU): `launched` answers through the crafted doubles and returns a log."""
+    crafted table (no noise), neither SGLANG_TEST_RETRACT nor the small KV pool reach the servers, the plain
+    server runs without overlap scheduling, and a retraction in a server's log fails the run.
+    smoke.gpu_problem and `launched` are MOCKED (a real server needs SGLang on a GPU): `launched` answers
+    through the crafted doubles and returns a log."""
     safetensors = pytest.importorskip("safetensors.torch")
     monkeypatch.setattr(stress.smoke, "gpu_problem", lambda tp, arch: None)
     monkeypatch.setattr(stress, "CHI_REQUESTS", 480)
@@ -522,6 +523,7 @@ def test_options_only_launch_serves_the_crafted_target_without_noise_or_forced_r
         def fake_launched(label, mode_args, target, settings, out, work, skip_choices=(False, True)):
             head = safetensors.load_file(str(target / "model.safetensors"))["lm_head.weight"].float()
             seen[label] = (head, settings.extra_server_args, stress.os.environ.get("SGLANG_TEST_RETRACT"))
+            seen[f"{label} args"] = list(mode_args)
             client = stress.Client(ddtree_url if label == "ddtree" else plain_url)
             answers, refusal = work(client, True)
             log = "#retracted_reqs: 2\n" if label == "plain" else ""
@@ -534,6 +536,9 @@ def test_options_only_launch_serves_the_crafted_target_without_noise_or_forced_r
     row = options_target.options_table(smoke_models.SmokeSettings().seed)[options_target.A]
     assert head[:, options_target.A].mul(16).tolist() == row, "lm_head column A = the crafted row / 16"
     assert extra == () and retract is None, (extra, retract)
+    # plain decoding as the options define them: overlap scheduling off (it shifts SGLang's penalizers)
+    assert seen["plain args"] == ["--disable-overlap-schedule"], seen["plain args"]
+    assert "--disable-overlap-schedule" not in seen["ddtree args"], seen["ddtree args"]
     assert "ok   ddtree: 0 requests retracted (none expected: default KV pool)" in checks, checks
     assert rc == 1 and "FAIL plain: 2 requests retracted" in checks, checks
     assert "ok   chi ddtree: 480 samples" in checks, checks
