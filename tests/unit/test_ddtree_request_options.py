@@ -13,16 +13,21 @@ through the server) is tests/gpu/stress_ddtree.py.
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ddtree_build.paths import REPO_ROOT
 
+from tests.sglang_sources import write_package
+from tests.unit.test_ddtree_kernels import run_script
 from tests.unit.test_ddtree_sglang import run_probe, sglang_cpu_path  # noqa: F401  (fixture)
 
 PROBE = Path(__file__).with_name("request_options_probe.py")
+TREE_PENALTIES = "sglang/srt/speculative/tree_penalties.py"
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +100,144 @@ def test_the_device_script_runs_its_equality_check_on_cpu(sglang_cpu_path: str) 
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "ok   cpu equals CPU" in done.stdout and "request-options: PASS" in done.stdout, done.stdout
+
+
+KERNEL_CHECK = r"""
+import itertools, json, random, sys
+import torch
+sys.path.insert(0, sys.argv[1])  # the repository root: the probe's batches
+from ddt import tree_penalties as tp
+from tests.unit import request_options_probe as probe
+
+NAMES = ("frequency", "presence", "min_new", "repetition", "logit_bias")
+
+
+def grid_values(gen, shape, step, low, high):
+    # Multiples of `step`: many ties, exact zeros of both signs where a product or sum gives them.
+    return torch.randint(low, high, shape, generator=gen).to(torch.float32) * step
+
+
+def inputs(seed, bs, size, vocab, row_stride):
+    gen = torch.Generator().manual_seed(seed)
+    storage = torch.randn(bs * size, row_stride, generator=gen) * 3
+    logits = storage[:, :vocab]  # rows wider than the vocabulary when row_stride > vocab
+    ties = torch.rand(bs * size, vocab, generator=gen) < 0.5
+    logits[ties] = grid_values(gen, (int(ties.sum()),), 0.25, -8, 9)
+    special = torch.rand(bs * size, vocab, generator=gen)
+    logits[special < 0.01] = float("-inf")
+    logits[(special >= 0.01) & (special < 0.02)] = -0.0
+    logits[(special >= 0.02) & (special < 0.03)] = 0.0
+    presence_on = torch.rand(bs, vocab, generator=gen) < 0.3
+    tables = {
+        "frequency": grid_values(gen, (bs, vocab), 0.35, 0, 4),
+        "presence": torch.where(presence_on, grid_values(gen, (bs, 1), 0.5, -3, 4), torch.zeros(())),
+        "too_short": torch.rand(bs, size, generator=gen) < 0.5,
+        "stop_penalties": torch.where(torch.rand(bs, vocab, generator=gen) < 0.05, float("-inf"), 0.0),
+        "repetition": torch.where(torch.rand(bs, vocab, generator=gen) < 0.4,
+                                  torch.tensor([1.1, 0.9, 1.3, 1.05])[torch.randint(0, 4, (bs, vocab),
+                                                                                     generator=gen)], 1.0),
+        "logit_bias": torch.where(torch.rand(bs, vocab, generator=gen) < 0.2,
+                                  torch.randn(bs, vocab, generator=gen) * 2, 0.0),
+    }
+    return logits, tables
+
+
+def bits(t):
+    return t.contiguous().view(torch.int32)
+
+
+result = {}
+for case, (bs, size, vocab, row_stride) in {
+    "two_tiles_short_last": (3, 5, 2 * tp._RUNNING_BLOCK + 77, 2 * tp._RUNNING_BLOCK + 77),
+    "strided_rows": (2, 4, 1000, 1040),
+}.items():
+    for combo in itertools.product((False, True), repeat=len(NAMES)):
+        on = dict(zip(NAMES, combo))
+        logits, tables = inputs(sum(combo) * 7 + len(case), bs, size, vocab, row_stride)
+        chosen = {
+            "frequency": tables["frequency"] if on["frequency"] else None,
+            "presence": tables["presence"] if on["presence"] else None,
+            "too_short": tables["too_short"] if on["min_new"] else None,
+            "stop_penalties": tables["stop_penalties"] if on["min_new"] else None,
+            "repetition": tables["repetition"] if on["repetition"] else None,
+            "logit_bias": tables["logit_bias"] if on["logit_bias"] else None,
+        }
+        want, got = logits.clone(), logits.clone()
+        tp.apply_running_torch(want, size, **chosen)
+        tp.apply_running_kernel(got, size, **chosen)
+        key = case + ":" + (",".join(n for n in NAMES if on[n]) or "none")
+        result[key] = {
+            "bit_equal": bool(torch.equal(bits(want), bits(got))),
+            "changed": int((bits(want) != bits(logits)).sum()),
+            "negative_zeros": int(((want == 0) & torch.signbit(want)).sum()),
+            "neg_inf": int(torch.isneginf(want).sum()),
+        }
+
+# The whole adjust_verify_logits with the kernel forced on (on CUDA it is chosen by _kernel_applies) against
+# the torch path, on the probe's requests (every option, different per request) and random trees.
+rng = random.Random(5)
+bs, size, vocab = 5, 9, 3000
+pairs = [probe.random_tree(rng, size, padding=b % 3) for b in range(bs)]
+tokens, mask = torch.stack([t for t, _ in pairs]), torch.stack([m for _, m in pairs])
+settings = [probe.REQUEST_SETTINGS[b % len(probe.REQUEST_SETTINGS)] for b in range(bs)]
+logits = torch.randn(bs * size, vocab, generator=torch.Generator().manual_seed(6)) * 3
+outs = {}
+for forced in (False, True):
+    batch = probe._batch([probe._request(**s) for s in settings], vocab=vocab)
+    for step in range(3):
+        batch.sampling_info.penalizer_orchestrator.cumulate_output_tokens(torch.tensor([7, 9, 3, 5, 7][:bs]))
+    tp._kernel_applies = (lambda logits, tables: True) if forced else (lambda logits, tables: False)
+    outs[forced] = logits.clone()
+    tp.adjust_verify_logits(outs[forced], batch.sampling_info, tokens, mask)
+result["adjust_verify_logits"] = {
+    "bit_equal": bool(torch.equal(bits(outs[False]), bits(outs[True]))),
+    "changed_rows": int((outs[False] != logits).any(dim=1).sum()),
+    "rows_with_options": size * sum(1 for s in settings if s),
+}
+print("RUNNING-KERNEL " + json.dumps(result))
+"""
+
+
+@pytest.fixture(scope="module")
+def kernel_facts(tmp_path_factory: pytest.TempPathFactory, sglang_cpu_path: str) -> dict:  # noqa: F811
+    """KERNEL_CHECK in Triton's interpreter (TRITON_INTERPRET=1: the real kernel source from the patch text,
+    run on CPU tensors), the series' speculative files as package `ddt`."""
+    package = write_package(tmp_path_factory.mktemp("penalties") / "ddt", str(Path(TREE_PENALTIES).parent))
+    return run_script(KERNEL_CHECK, "RUNNING-KERNEL", package, sglang_cpu_path, interpret=True, timeout=900,
+                      args=[str(REPO_ROOT)])  # fmt: skip
+
+
+OPTION_COMBOS = [
+    ",".join(
+        name
+        for name, on in zip(
+            ("frequency", "presence", "min_new", "repetition", "logit_bias"), combo, strict=True
+        )
+        if on
+    )
+    or "none"
+    for combo in itertools.product((False, True), repeat=5)
+]
+
+
+@pytest.mark.parametrize("case", ["two_tiles_short_last", "strided_rows"])
+def test_running_kernel_is_bit_identical_to_the_torch_path_for_every_option_combination(
+    kernel_facts: dict, case: str
+) -> None:
+    """_running_penalties_kernel vs apply_running_torch, all 32 present/absent combinations: ties, negative
+    logits, zeros of both signs, -inf logits, negative presence penalties; every bit equal (signs of zeros
+    too), and each option changes logits (the combination is really exercised)."""
+    unequal = [combo for combo in OPTION_COMBOS if not kernel_facts[f"{case}:{combo}"]["bit_equal"]]
+    assert not unequal, {combo: kernel_facts[f"{case}:{combo}"] for combo in unequal}
+    assert kernel_facts[f"{case}:none"]["changed"] == 0
+    for combo in OPTION_COMBOS[1:]:
+        assert kernel_facts[f"{case}:{combo}"]["changed"] > 0, combo
+    every = kernel_facts[f"{case}:frequency,presence,min_new,repetition,logit_bias"]
+    assert every["neg_inf"] > every["changed"] // 100, every  # -inf logits and min_new_tokens' bans
+    assert kernel_facts[f"{case}:repetition"]["negative_zeros"] > 0  # -0.0 logits reach the sign rule
+
+
+def test_adjust_verify_logits_with_the_kernel_equals_the_torch_path(kernel_facts: dict) -> None:
+    got = kernel_facts["adjust_verify_logits"]
+    assert got["bit_equal"], got
+    assert got["changed_rows"] == got["rows_with_options"], got
