@@ -23,7 +23,7 @@ import pytest
 from ddtree_build.paths import REPO_ROOT
 
 from tests.sglang_sources import write_package
-from tests.unit.test_ddtree_kernels import run_script
+from tests.unit.test_ddtree_kernels import run_script, target_archs
 from tests.unit.test_ddtree_sglang import run_probe, sglang_cpu_path  # noqa: F401  (fixture)
 
 PROBE = Path(__file__).with_name("request_options_probe.py")
@@ -241,3 +241,103 @@ def test_adjust_verify_logits_with_the_kernel_equals_the_torch_path(kernel_facts
     got = kernel_facts["adjust_verify_logits"]
     assert got["bit_equal"], got
     assert got["changed_rows"] == got["rows_with_options"], got
+
+
+KERNEL_COMPILE = r"""
+import itertools, json, re, sys
+import torch
+import triton
+from triton import knobs
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from ddt import tree_penalties as tp
+
+class RecordingDriver:
+    # Stands in for the CUDA driver (no GPU here), as in test_ddtree_kernels.py's COMPILE: the launcher runs
+    # as on the device, Triton's JIT binder specialises each launch, the hook records it instead.
+    def __init__(self):
+        self.target = GPUTarget("cuda", 90, 32)
+    def is_active(self):
+        return True
+    def get_current_target(self):
+        return self.target
+    def get_current_device(self):
+        return 0
+    def get_current_stream(self, device=None):
+        return 0
+
+recorded = {}
+
+def record(*, key, repr, fn, compile, is_manual_warmup, already_compiled):
+    recorded.setdefault((repr, str(compile["constants"])), (fn.jit_function, compile))
+    return True
+
+triton.runtime.driver.set_active(RecordingDriver())
+knobs.runtime.jit_cache_hook = record
+# Kimi K2.6's shapes (vocabulary 163840, bs 32, budget 16: 17 rows a request), the penalizers' dtypes.
+bs, size, vocab = 32, 17, 163840
+logits = torch.zeros(bs * size, vocab)
+table = torch.zeros(bs, vocab)
+too_short = torch.zeros(bs, size, dtype=torch.bool)
+for combo in itertools.product((False, True), repeat=5):
+    if not any(combo):
+        continue  # nothing to launch: adjust_verify_logits returns before
+    frequency, presence, min_new, repetition, bias = combo
+    tp.apply_running_kernel(
+        logits, size, frequency=table if frequency else None, presence=table if presence else None,
+        too_short=too_short if min_new else None, stop_penalties=table if min_new else None,
+        repetition=table if repetition else None, logit_bias=table if bias else None)
+knobs.runtime.jit_cache_hook = None
+
+result = {"variants": len(recorded), "failed": {}, "checked": {}}
+everything = "HAS_FREQUENCY=True, HAS_PRESENCE=True, HAS_MIN_NEW=True, HAS_REPETITION=True, HAS_BIAS=True"
+for label, (fn, spec) in recorded.items():
+    constants = {fn.arg_names[path[0]]: value for path, value in spec["constants"].items()}
+    flags = ", ".join(f"{name}={constants[name]}" for name in
+                      ("HAS_FREQUENCY", "HAS_PRESENCE", "HAS_MIN_NEW", "HAS_REPETITION", "HAS_BIAS"))
+    archs = sys.argv[1:] if flags == everything else ["90"]  # every variant for the H200, one for the rest
+    for arch in archs:
+        source = ASTSource(fn=fn, signature=spec["signature"], constexprs=spec["constants"],
+                           attrs=spec["configs"][0])
+        options = {"num_warps": spec["num_warps"], "num_stages": spec["num_stages"],
+                   "enable_fp_fusion": spec["enable_fp_fusion"]}
+        try:
+            compiled = triton.compile(source, target=GPUTarget("cuda", int(arch), 32), options=options)
+        except Exception as exc:
+            result["failed"][f"sm_{arch} {flags}"] = f"{type(exc).__name__}: {str(exc)[-300:]}"
+            continue
+        ptx = compiled.asm["ptx"]
+        result["checked"][f"sm_{arch} {flags}"] = {
+            "cubin": len(compiled.asm["cubin"]),
+            "enable_fp_fusion": spec["enable_fp_fusion"],
+            "fma": len(re.findall(r"\bfma\.", ptx)),
+            "div_rn": len(re.findall(r"\bdiv\.rn\.f32\b", ptx)),
+            "div_other": len(re.findall(r"\bdiv\.(?:full|approx)\.", ptx)) + len(re.findall(r"\brcp\.", ptx)),
+        }
+print("RUNNING-COMPILE " + json.dumps(result))
+"""
+
+
+@pytest.fixture(scope="module")
+def kernel_compiled(tmp_path_factory: pytest.TempPathFactory, sglang_cpu_path: str) -> dict:  # noqa: F811
+    package = write_package(
+        tmp_path_factory.mktemp("penalties-compile") / "ddt", str(Path(TREE_PENALTIES).parent)
+    )
+    return run_script(KERNEL_COMPILE, "RUNNING-COMPILE", package, sglang_cpu_path, interpret=False,
+                      timeout=1800, args=target_archs())  # fmt: skip
+
+
+def test_running_kernel_compiles_for_every_target_arch_without_contraction(kernel_compiled: dict) -> None:
+    """Triton's compiler (LLVM + its bundled ptxas, no GPU) builds each of the 31 launched variants for sm_90
+    and the every-option one for every target arch, with fp fusion off: no fma in the PTX (each add and
+    multiply rounded alone, as torch's separate ops do) and the repetition division as div.rn.f32."""
+    assert not kernel_compiled["failed"], kernel_compiled["failed"]
+    checked = kernel_compiled["checked"]
+    assert kernel_compiled["variants"] == 31, kernel_compiled["variants"]
+    assert len([label for label in checked if label.startswith("sm_90 ")]) == 31
+    for arch in target_archs():
+        assert any(label.startswith(f"sm_{arch} ") for label in checked), arch
+    for label, facts in checked.items():
+        assert facts["cubin"] > 1000 and facts["enable_fp_fusion"] is False, (label, facts)
+        assert facts["fma"] == 0 and facts["div_other"] == 0, (label, facts)
+        assert (facts["div_rn"] > 0) == ("HAS_REPETITION=True" in label), (label, facts)
