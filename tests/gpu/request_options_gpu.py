@@ -8,6 +8,8 @@ Checks, on random trees with every option on (tests/unit/request_options_probe.p
 - the Triton pass (_running_penalties_kernel, the default on CUDA) bit-identical to the torch path
   (SGLANG_DDTREE_TRITON=0) on CUDA: apply_running for all 31 option combinations on random tables with ties,
   negative logits and -inf, and the whole adjust_verify_logits with every option.
+- one compiled variant: after tree_penalties.warm_up_running_penalties (timed), all 32 option combinations
+  at Kimi's shapes add no JIT cache entry and none of their first launches compiles.
 Then times adjust_verify_logits at Kimi K2.6's vocabulary (163840), bs 32, budget 16 (N 17), float32 verify
 logits, eager and replayed from a CUDA graph, for: no options, logit_bias only, every option; each with the
 Triton pass and with the torch path (one table: the speed-up); beside it the greedy verify's own read of
@@ -232,6 +234,52 @@ def triton_equals_torch(bs: int = 6, size: int = 17, vocab: int = 50021, device:
     }
 
 
+def compiled_variants() -> int:
+    """Variants of _running_penalties_kernel in Triton's in-process JIT cache for the current device."""
+    from sglang.srt.speculative import tree_penalties as tp
+
+    kernel = tp._running_penalties_kernel
+    device = torch.cuda.current_device()
+    return len(kernel.device_caches[device][0]) if device in kernel.device_caches else 0
+
+
+def one_variant(bs: int = 4, budget: int = 16, vocab: int = KIMI_VOCAB) -> dict:
+    """warm_up_running_penalties compiles the kernel once (or loads it from Triton's disk cache); then every
+    option combination at the served shapes launches without compiling: no new JIT cache entry (the
+    slowest first launch of a combination is printed: a plain launch, not a compile of about a second)."""
+    from sglang.srt.speculative import tree_penalties as tp
+
+    size = budget + 1
+    before = compiled_variants()
+    start = time.monotonic()
+    warmed = tp.warm_up_running_penalties("cuda", vocab, size)
+    warm_up_s = time.monotonic() - start
+    after_warm_up = compiled_variants()
+    logits = torch.randn(bs * size, vocab, device="cuda")
+    table = torch.zeros(bs, vocab, device="cuda")
+    too_short = torch.zeros(bs, size, dtype=torch.bool, device="cuda")
+    slowest_ms = 0.0
+    for combo in itertools.product((False, True), repeat=5):
+        frequency, presence, min_new, repetition, bias = combo
+        torch.cuda.synchronize()
+        start = time.monotonic()
+        tp.apply_running_kernel(
+            logits, size, frequency=table if frequency else None, presence=table if presence else None,
+            too_short=too_short if min_new else None, stop_penalties=table if min_new else None,
+            repetition=table if repetition else None, logit_bias=table if bias else None,
+        )  # fmt: skip
+        torch.cuda.synchronize()
+        slowest_ms = max(slowest_ms, (time.monotonic() - start) * 1000.0)
+    return {
+        "warmed": warmed,
+        "warm_up_s": round(warm_up_s, 3),
+        "variants_before": before,
+        "variants_after_warm_up": after_warm_up,
+        "variants_after_32_combinations": compiled_variants(),
+        "slowest_first_launch_ms": round(slowest_ms, 3),
+    }
+
+
 def time_ms(fn, iters: int = 50) -> float:
     return time_eager(fn, iters) / 1000.0
 
@@ -288,6 +336,11 @@ def main(argv: list[str] | None = None) -> int:
         g = facts["graph"]
         passed = g.get("no_sync") and g.get("graph_equal") and g.get("graph_state_equal")
         print(f"{'ok  ' if passed else 'FAIL'} no host sync, one CUDA graph replays like eager: {g}")
+        ok = ok and bool(passed)
+        facts["one_variant"] = ov = one_variant()
+        passed = ov["warmed"] and ov["variants_after_warm_up"] - ov["variants_before"] <= 1
+        passed = passed and ov["variants_after_32_combinations"] == ov["variants_after_warm_up"]
+        print(f"{'ok  ' if passed else 'FAIL'} warm-up compiles the one variant all combinations use: {ov}")
         ok = ok and bool(passed)
         facts["triton"] = tt = triton_equals_torch()
         passed = (
