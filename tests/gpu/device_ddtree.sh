@@ -45,8 +45,9 @@
 #      receipt or the Dockerfile. Exit 0 none found, 1 a leak (`LEAK <secret> in <place>`), 2 the server
 #      never got ready (or no openssl). About 1.5-3 minutes.
 #  11. options (not in `all`): tests/gpu/request_options_gpu.py: per-row request options (penalties,
-#      min_new_tokens, logit_bias) on CUDA equal to CPU, no host sync, one CUDA graph replays like eager; their
-#      cost at bs 32, budget 16, vocabulary 163840 ($OUT/request_options.json). Under a minute.
+#      min_new_tokens, logit_bias) on CUDA equal to CPU, no host sync, one CUDA graph replays like eager, the
+#      Triton pass bit-identical to the torch ops; their cost (Triton and torch) at bs 32, budget 16,
+#      vocabulary 163840 ($OUT/request_options.json). Under a minute.
 # usage (device): OUT=/some/dir bash tests/gpu/device_ddtree.sh [MODE...]   (default: all)
 #   MODE: pytest smoke live all warm stress steps core verify secrets options; several run in one call, in the order of the list above
 #   (all = pytest smoke live), e.g. `bash tests/gpu/device_ddtree.sh core steps`; an unknown mode exits 2.

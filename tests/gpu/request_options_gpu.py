@@ -4,18 +4,27 @@ Run by tests/gpu/device_ddtree.sh options after the series is applied to /tmp/si
 Checks, on random trees with every option on (tests/unit/request_options_probe.py's requests):
 - CUDA equals CPU: tree_penalties.adjust_verify_logits and advance_penalties on both devices, same inputs;
 - no host-device sync: both run under torch.cuda.set_sync_debug_mode("error");
-- graph-capturable: both captured in one CUDA graph, replayed on new logits, equal to eager.
+- graph-capturable: both captured in one CUDA graph, replayed on new logits, equal to eager;
+- the Triton pass (_running_penalties_kernel, the default on CUDA) bit-identical to the torch path
+  (SGLANG_DDTREE_TRITON=0) on CUDA: apply_running for all 31 option combinations on random tables with ties,
+  negative logits and -inf, and the whole adjust_verify_logits with every option.
+- one compiled variant: after tree_penalties.warm_up_running_penalties (timed), all 32 option combinations
+  at Kimi's shapes add no JIT cache entry and none of their first launches compiles.
 Then times adjust_verify_logits at Kimi K2.6's vocabulary (163840), bs 32, budget 16 (N 17), float32 verify
-logits, eager and replayed from a CUDA graph, for: no options, logit_bias only, every option; beside it the
-greedy verify's own read of those logits (argmax) for scale. Prints one line per check and a table; exit 0
-PASS, 1 FAIL, 2 cannot run. `--device cpu` runs the equality part on CPU only (the unit tier's check that
-the script works; no sync or graph checks, no timing).
+logits, eager and replayed from a CUDA graph, for: no options, logit_bias only, every option; each with the
+Triton pass and with the torch path (one table: the speed-up); beside it the greedy verify's own read of
+those logits (argmax) for scale. Prints one line per check and a table; exit 0 PASS, 1 FAIL, 2 cannot run.
+`--device cpu` runs the equality part on CPU only (the unit tier's check that the script works; no sync,
+graph or Triton checks, no timing).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import json
+import os
 import random
 import sys
 import time
@@ -91,6 +100,7 @@ def equality(device: str, bs: int = 6, size: int = 17, vocab: int = 4096) -> dic
     return {
         "same_inf": bool(torch.equal(torch.isinf(a), torch.isinf(b))),
         "max_abs_diff": float((a[finite] - b[finite]).abs().max()),
+        "bit_equal": bit_equal(a, b),  # reported: the gate is CUDA Triton vs CUDA torch (triton_equals_torch)
         "state_equal": len(sa) == len(sb) and all(torch.equal(x, y) for x, y in zip(sa, sb, strict=True)),
         "changed_rows": int((a != logits).any(dim=1).sum()),
     }
@@ -148,6 +158,128 @@ def no_sync_and_graph(bs: int = 8, size: int = 17, vocab: int = 32000) -> dict:
     return out
 
 
+@contextlib.contextmanager
+def torch_path():
+    """adjust_verify_logits on its torch ops (SGLANG_DDTREE_TRITON=0), for the reference and the table."""
+    before = os.environ.get("SGLANG_DDTREE_TRITON")
+    os.environ["SGLANG_DDTREE_TRITON"] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("SGLANG_DDTREE_TRITON")
+        else:
+            os.environ["SGLANG_DDTREE_TRITON"] = before
+
+
+def bit_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return bool(torch.equal(a.contiguous().view(torch.int32), b.contiguous().view(torch.int32)))
+
+
+def triton_equals_torch(bs: int = 6, size: int = 17, vocab: int = 50021, device: str = "cuda") -> dict:
+    """On CUDA: apply_running_kernel vs apply_running_torch bit for bit in every option combination (the
+    kernel's real division and rounding, which the CPU interpreter cannot show), then adjust_verify_logits
+    with every option, Triton pass vs SGLANG_DDTREE_TRITON=0."""
+    from sglang.srt.speculative import tree_penalties as tp
+
+    gen = torch.Generator().manual_seed(41)
+    logits = torch.randn(bs * size, vocab, generator=gen) * 4
+    ties = torch.rand(bs * size, vocab, generator=gen) < 0.3
+    logits[ties] = torch.randint(-16, 17, (int(ties.sum()),), generator=gen).float() * 0.125
+    logits[torch.rand(bs * size, vocab, generator=gen) < 0.01] = float("-inf")
+    factors = torch.tensor([1.1, 0.9, 1.3, 1.05, 1.7])
+    tables = {
+        "frequency": torch.randint(0, 5, (bs, vocab), generator=gen).float() * 0.35,
+        "presence": torch.where(torch.rand(bs, vocab, generator=gen) < 0.3, -0.6, 0.0),
+        "too_short": torch.rand(bs, size, generator=gen) < 0.5,
+        "stop_penalties": torch.where(torch.rand(bs, vocab, generator=gen) < 0.01, float("-inf"), 0.0),
+        "repetition": torch.where(
+            torch.rand(bs, vocab, generator=gen) < 0.5,
+            factors[torch.randint(0, 5, (bs, vocab), generator=gen)],
+            1.0,
+        ),
+        "logit_bias": torch.randn(bs, vocab, generator=gen),
+    }
+    logits, tables = logits.to(device), {name: table.to(device) for name, table in tables.items()}
+    names = ("frequency", "presence", "min_new", "repetition", "logit_bias")
+    unequal, combos = [], 0
+    for combo in itertools.product((False, True), repeat=len(names)):
+        if not any(combo):
+            continue
+        on = dict(zip(names, combo, strict=True))
+        option = {"too_short": "min_new", "stop_penalties": "min_new"}
+        chosen = {name: table if on[option.get(name, name)] else None for name, table in tables.items()}
+        want, got = logits.clone(), logits.clone()
+        tp.apply_running_torch(want, size, **chosen)
+        tp.apply_running_kernel(got, size, **chosen)
+        combos += 1
+        if not bit_equal(want, got):
+            unequal.append(",".join(n for n in names if on[n]))
+    tokens, mask = trees(42, bs, size, vocab)
+    tokens, mask = tokens.to(device), mask.to(device)
+    adjusted = {}
+    for path in ("triton", "torch"):
+        batch = make_batch(settings_for(bs, True), device, vocab, fed_steps=3, seed=43)
+        adjusted[path] = logits.clone()
+        with torch_path() if path == "torch" else contextlib.nullcontext():
+            tp.adjust_verify_logits(adjusted[path], batch.sampling_info, tokens, mask)
+    return {
+        "kernel_used": tp._kernel_applies(
+            logits, {}
+        ),  # adjust_verify_logits' default here is the Triton pass
+        "combinations": combos,
+        "unequal": unequal,
+        "adjust_bit_equal": bit_equal(adjusted["triton"], adjusted["torch"]),
+        "adjust_changed_rows": int((adjusted["triton"] != logits).any(dim=1).sum()),
+    }
+
+
+def compiled_variants() -> int:
+    """Variants of _running_penalties_kernel in Triton's in-process JIT cache for the current device."""
+    from sglang.srt.speculative import tree_penalties as tp
+
+    kernel = tp._running_penalties_kernel
+    device = torch.cuda.current_device()
+    return len(kernel.device_caches[device][0]) if device in kernel.device_caches else 0
+
+
+def one_variant(bs: int = 4, budget: int = 16, vocab: int = KIMI_VOCAB) -> dict:
+    """warm_up_running_penalties compiles the kernel once (or loads it from Triton's disk cache); then every
+    option combination at the served shapes launches without compiling: no new JIT cache entry (the
+    slowest first launch of a combination is printed: a plain launch, not a compile of about a second)."""
+    from sglang.srt.speculative import tree_penalties as tp
+
+    size = budget + 1
+    before = compiled_variants()
+    start = time.monotonic()
+    warmed = tp.warm_up_running_penalties("cuda", vocab, size)
+    warm_up_s = time.monotonic() - start
+    after_warm_up = compiled_variants()
+    logits = torch.randn(bs * size, vocab, device="cuda")
+    table = torch.zeros(bs, vocab, device="cuda")
+    too_short = torch.zeros(bs, size, dtype=torch.bool, device="cuda")
+    slowest_ms = 0.0
+    for combo in itertools.product((False, True), repeat=5):
+        frequency, presence, min_new, repetition, bias = combo
+        torch.cuda.synchronize()
+        start = time.monotonic()
+        tp.apply_running_kernel(
+            logits, size, frequency=table if frequency else None, presence=table if presence else None,
+            too_short=too_short if min_new else None, stop_penalties=table if min_new else None,
+            repetition=table if repetition else None, logit_bias=table if bias else None,
+        )  # fmt: skip
+        torch.cuda.synchronize()
+        slowest_ms = max(slowest_ms, (time.monotonic() - start) * 1000.0)
+    return {
+        "warmed": warmed,
+        "warm_up_s": round(warm_up_s, 3),
+        "variants_before": before,
+        "variants_after_warm_up": after_warm_up,
+        "variants_after_32_combinations": compiled_variants(),
+        "slowest_first_launch_ms": round(slowest_ms, 3),
+    }
+
+
 def time_ms(fn, iters: int = 50) -> float:
     return time_eager(fn, iters) / 1000.0
 
@@ -162,23 +294,27 @@ def timing(bs: int, budget: int, vocab: int) -> dict:
     work = logits.clone()
     out: dict = {"bs": bs, "budget": budget, "vocab": vocab}
     out["argmax_ms"] = time_ms(lambda: torch.argmax(work, dim=-1))
-    for name, every, bias in (("none", False, False), ("logit_bias", False, True), ("all", True, False)):
+    for (name, every, bias), path in itertools.product(
+        (("none", False, False), ("logit_bias", False, True), ("all", True, False)), ("triton", "torch")
+    ):
         batch = make_batch(settings_for(bs, every, bias), "cuda", vocab, fed_steps=4, seed=32)
         info = batch.sampling_info
-        out[f"{name}_eager_ms"] = time_ms(lambda info=info: adjust_verify_logits(work, info, tokens, mask))
-        work.copy_(logits)  # the adjustments compound; keep the values sane
-        out[f"{name}_graph_ms"] = None
-        if name != "none":  # nothing to capture without options
-            graph = torch.cuda.CUDAGraph()
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                adjust_verify_logits(work, info, tokens, mask)
-            torch.cuda.current_stream().wait_stream(stream)
-            with torch.cuda.graph(graph):
-                adjust_verify_logits(work, info, tokens, mask)
-            out[f"{name}_graph_ms"] = time_ms(graph.replay)
-            work.copy_(logits)
+        key = f"{name}_{path}"
+        with torch_path() if path == "torch" else contextlib.nullcontext():
+            out[f"{key}_eager_ms"] = time_ms(lambda info=info: adjust_verify_logits(work, info, tokens, mask))
+            work.copy_(logits)  # the adjustments compound; keep the values sane
+            out[f"{key}_graph_ms"] = None
+            if name != "none":  # nothing to capture without options
+                graph = torch.cuda.CUDAGraph()
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    adjust_verify_logits(work, info, tokens, mask)
+                torch.cuda.current_stream().wait_stream(stream)
+                with torch.cuda.graph(graph):
+                    adjust_verify_logits(work, info, tokens, mask)
+                out[f"{key}_graph_ms"] = time_ms(graph.replay)
+                work.copy_(logits)
     return out
 
 
@@ -201,15 +337,31 @@ def main(argv: list[str] | None = None) -> int:
         passed = g.get("no_sync") and g.get("graph_equal") and g.get("graph_state_equal")
         print(f"{'ok  ' if passed else 'FAIL'} no host sync, one CUDA graph replays like eager: {g}")
         ok = ok and bool(passed)
+        facts["one_variant"] = ov = one_variant()
+        passed = ov["warmed"] and ov["variants_after_warm_up"] - ov["variants_before"] <= 1
+        passed = passed and ov["variants_after_32_combinations"] == ov["variants_after_warm_up"]
+        print(f"{'ok  ' if passed else 'FAIL'} warm-up compiles the one variant all combinations use: {ov}")
+        ok = ok and bool(passed)
+        facts["triton"] = tt = triton_equals_torch()
+        passed = (
+            tt["kernel_used"] and not tt["unequal"] and tt["combinations"] == 31 and tt["adjust_bit_equal"]
+        )
+        passed = passed and tt["adjust_changed_rows"] > 0
+        print(f"{'ok  ' if passed else 'FAIL'} Triton pass bit-identical to the torch path on CUDA: {tt}")
+        ok = ok and bool(passed)
         facts["timing"] = t = timing(32, 16, KIMI_VOCAB)
         print(
             f"timing (ms per call, bs {t['bs']}, budget {t['budget']}, vocab {t['vocab']}, float32 logits):"
         )
         print(f"  argmax over the verify logits (greedy verify's read): {t['argmax_ms']:.3f}")
+        heads = ("Triton eager", "Triton graph", "torch eager", "torch graph")
+        print(f"  {'options':>10}  " + "  ".join(f"{head:>12}" for head in heads))
         for name in ("none", "logit_bias", "all"):
-            graph_ms = t[f"{name}_graph_ms"]
-            graph_text = "-" if graph_ms is None else f"{graph_ms:.3f}"
-            print(f"  {name:>10}: eager {t[f'{name}_eager_ms']:.3f}  graph {graph_text}")
+            cells = [
+                t[f"{name}_{path}_{how}_ms"] for path in ("triton", "torch") for how in ("eager", "graph")
+            ]
+            texts = ["-" if ms is None else f"{ms:.3f}" for ms in cells]
+            print(f"  {name:>10}  " + "  ".join(f"{text:>12}" for text in texts))
     if args.json:
         args.json.write_text(json.dumps(facts, indent=1))
     print(f"request-options: {'PASS' if ok else 'FAIL'} after {time.monotonic() - begin:.0f} s")
