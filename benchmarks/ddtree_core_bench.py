@@ -22,6 +22,7 @@ Columns (microseconds per step, CUDA events; eager includes the host's launch ti
 Then the peak extra GPU memory of one sampled verify (top-p 0.95, flashinfer's tie rule) at --memory-bs and
 --memory-budget, on both paths (torch.cuda.max_memory_allocated over what was allocated before the call).
 g_topk times the served default tile kernel; SGLANG_DDTREE_TOPK_PREFILTER=1 times the opt-in group prefilter.
+The top-k lines after the table time both at bs 1 and the largest bs, and topk_logsumexp per tile size.
 The s_* columns time the Triton sampling kernels: the bench sets SGLANG_DDTREE_TRITON_SAMPLING=1 (the served
 path's opt-in) unless the environment already sets it (=0: the s_* columns time the torch reference).
 The verify logits imitate a language model's: a N(0, 2) bulk and 64 tokens per row raised by up to 12, plus
@@ -165,6 +166,20 @@ def sampling_path(switch: str):
         os.environ["SGLANG_DDTREE_TRITON_SAMPLING"] = saved if saved is not None else "1"
 
 
+@contextlib.contextmanager
+def topk_prefilter(switch: str):
+    """SGLANG_DDTREE_TOPK_PREFILTER=switch inside the block ("1": the group prefilter), as it was after."""
+    saved = os.environ.get("SGLANG_DDTREE_TOPK_PREFILTER")
+    os.environ["SGLANG_DDTREE_TOPK_PREFILTER"] = switch
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("SGLANG_DDTREE_TOPK_PREFILTER")
+        else:
+            os.environ["SGLANG_DDTREE_TOPK_PREFILTER"] = saved
+
+
 def sampled_verify_memory(du, bs: int, budget: int, topk: int, depth: int, vocab: int) -> dict:
     """MiB of GPU memory one sampled verify (top-p 0.95) allocates beyond its inputs, per path."""
     gen = torch.Generator(device="cuda").manual_seed(7)
@@ -215,6 +230,9 @@ def count_kernels(fn: Callable[[], object]) -> int:
         return -1
 
 
+TOPK_TILES = (4096, 8192, 16384)  # topk_logsumexp's tile sizes timed (4096: the served default)
+
+
 def compare_topk(du, bs: int, topk: int, depth: int, vocab: int, iters: int) -> dict:
     """Graph latency of the per-depth top-k three ways: torch.topk + merge, the torch path, the kernels."""
     lp = torch.randn(bs, depth, vocab, device="cuda").log_softmax(-1)
@@ -227,14 +245,23 @@ def compare_topk(du, bs: int, topk: int, depth: int, vocab: int, iters: int) -> 
         values, index = torch.topk(flat, topk, dim=-1, sorted=False)
         return du.merge_topk(values, index), torch.logsumexp(flat, dim=-1)
 
-    return {
+    kernels = du._kernels()
+    timed = {
         "bs": bs,
         "direct_topk_us": time_graph(direct, iters),
         "torch_path_us": time_graph(lambda: du._draft_topk_torch(lp, topk), iters),
-        "draft_topk_us": time_graph(lambda: du.draft_topk(lp, topk), iters),
         "worker_torch_us": time_graph(worker_torch, iters),
-        "worker_kernels_us": time_graph(lambda: du.vocab_topk_logsumexp(flat, topk), iters),
     }
+    for switch, suffix in (("0", ""), ("1", "_prefilter")):  # the tile kernel, and the group prefilter
+        with topk_prefilter(switch):  # read when the graph is captured
+            timed[f"draft_topk{suffix}_us"] = time_graph(lambda: du.draft_topk(lp, topk), iters)
+            worker = time_graph(lambda: du.vocab_topk_logsumexp(flat, topk), iters)
+            timed[f"worker_kernels{suffix}_us"] = worker
+            for tile in TOPK_TILES if kernels is not None else ():  # the first launch's tile size
+                timed[f"tile{tile}{suffix}_us"] = time_graph(
+                    lambda tile=tile: kernels.topk_logsumexp(flat, topk, tile=tile), iters
+                )
+    return timed
 
 
 def main() -> int:
@@ -274,15 +301,24 @@ def main() -> int:
             print(f"{bs:>4} {budget:>6} " + " ".join(table_cells(row)), flush=True)
     kernels = "Triton kernels" if du._kernels() is not None else "NO Triton: torch paths"
     print(f"top-k over the vocabulary, graphed, us ({kernels}):")
-    print("  draft_topk: torch.topk + merge | chunked torch path | draft_topk;"
-          "  worker: logsumexp + topk + merge | vocab_topk_logsumexp")  # fmt: skip
+    print("  draft_topk: torch.topk + merge | chunked torch path | draft_topk (tile kernel | prefilter);"
+          "  worker: logsumexp + topk + merge | vocab_topk_logsumexp (tile kernel | prefilter)")  # fmt: skip
     sizes = sorted({1, max(args.bs)})
     topk_rows = [compare_topk(du, b, args.topk, args.depth, args.vocab, args.iters) for b in sizes]
     for r in topk_rows:
         print(
             f"  bs {r['bs']:>3}: draft_topk {r['direct_topk_us']:.1f} | {r['torch_path_us']:.1f} | "
-            f"{r['draft_topk_us']:.1f};  worker {r['worker_torch_us']:.1f} | {r['worker_kernels_us']:.1f}"
+            f"{r['draft_topk_us']:.1f} | {r['draft_topk_prefilter_us']:.1f};  "
+            f"worker {r['worker_torch_us']:.1f} | {r['worker_kernels_us']:.1f} | "
+            f"{r['worker_kernels_prefilter_us']:.1f}"
         )
+        if f"tile{TOPK_TILES[0]}_us" in r:
+            print(
+                f"  bs {r['bs']:>3}: topk_logsumexp by tile (tile kernel / prefilter): "
+                + ", ".join(
+                    f"{t} {r[f'tile{t}_us']:.1f} / {r[f'tile{t}_prefilter_us']:.1f}" for t in TOPK_TILES
+                )
+            )
     memory = sampled_verify_memory(du, args.memory_bs, args.memory_budget, args.topk, args.depth, args.vocab)
     print(
         f"sampled verify peak extra memory, bs {memory['bs']}, budget {memory['budget']}, "

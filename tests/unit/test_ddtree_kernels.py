@@ -57,12 +57,28 @@ for variant, switch in (("", "0"), (":prefilter", "1")):  # the default tile ker
             "index_dtype": str(index.dtype),
             "lse": bool(torch.allclose(lse, ref_lse, rtol=1e-5, atol=1e-4)),
         }
+    for tile in (1024, 16384):  # other tile sizes (the benchmark times them): the same results
+        for name in ("kimi_vocab_k4", "short_last_tile", "heavy_ties", "minus_inf"):
+            x, k = cases[name]
+            values, index, lse = dk.topk_logsumexp(x, k, tile=tile)
+            ref_values, ref_index, ref_lse = reference(x, k)
+            result[f"{name}{variant}:tile{tile}"] = {
+                "values": torch.equal(values, ref_values),
+                "index": torch.equal(index, ref_index),
+                "index_dtype": str(index.dtype),
+                "lse": bool(torch.allclose(lse, ref_lse, rtol=1e-5, atol=1e-4)),
+            }
 os.environ.pop("SGLANG_DDTREE_TOPK_PREFILTER")
 try:
     dk.topk_logsumexp(torch.zeros(2, 10), 11)
     result["k_too_large"] = "no error"
 except ValueError as exc:
     result["k_too_large"] = str(exc)
+try:
+    dk.topk_logsumexp(torch.zeros(2, 10), 2, tile=3000)
+    result["tile_not_power_of_two"] = "no error"
+except ValueError as exc:
+    result["tile_not_power_of_two"] = str(exc)
 
 # The tree build kernel against ddtree_utils' torch path (CPU tensors take the torch path there).
 trees = {
@@ -162,6 +178,17 @@ TREES = [
     "padding_vocab3",
 ]
 PADDED = {"topk1_chain", "padding_vocab3"}  # fewer candidate paths than the budget: padding nodes
+
+
+@pytest.mark.parametrize("variant", ["", ":prefilter"], ids=["tile", "prefilter"])
+@pytest.mark.parametrize("tile", [1024, 16384])
+def test_topk_tile_sizes_equal_the_sort_reference(kernel_results: dict, tile: int, variant: str) -> None:
+    """Any tile size of the first launch (fewer, larger programs for large batches) gives the sort's top-k
+    and log-sum-exp, short last tiles, ties and -inf included; a tile that is no power of two is refused."""
+    for case in ("kimi_vocab_k4", "short_last_tile", "heavy_ties", "minus_inf"):
+        got = kernel_results[f"{case}{variant}:tile{tile}"]
+        assert got["values"] and got["index"] and got["lse"], (case, got)
+    assert "power of two" in kernel_results["tile_not_power_of_two"], kernel_results["tile_not_power_of_two"]
 
 
 @pytest.mark.parametrize("variant", ["random", "ties"])
@@ -606,7 +633,7 @@ import json, torch
 from ddt import ddtree_kernels as dk, ddtree_utils as du
 
 # Per row: 30 tied tokens at +10, 500 at +4 (within 6 nats: a fixed floor of 2**-14 would list 530 and
-# overflow a cap of 64), the bulk of 4000 near 0. The per-row floor (the deepest 2-nat level whose count
+# overflow a cap of 64), the bulk of 4000 near 0. The per-row band (the bins around the cut whose count
 # fits the cap) lists only the 30 and they decide top-p 0.5 (a cut inside their run of ties).
 gen = torch.Generator().manual_seed(5)
 x = torch.randn(4, 4500, generator=gen).clamp(-1.5, 1.5)
@@ -634,12 +661,71 @@ def test_candidate_floor_fits_the_cap_where_a_fixed_floor_overflows(
     kernel_package: Path,
     sglang_cpu_path: str,  # noqa: F811
 ) -> None:
-    """The per-row candidate floor (first-pass counts per 2-nat level) lists the 30 top tokens, not the 530
-    within 9.7 nats, so the candidates decide a top-p cut inside a run of ties without the radix search,
-    keeping sampling_target_probs' tokens under both tie rules."""
+    """The per-row band (first-pass counts per 1/8-nat bin) lists the 30 top tokens, not the 530 within 9.7
+    nats, so the candidates decide a top-p cut inside a run of ties without the radix search, keeping
+    sampling_target_probs' tokens under both tie rules."""
     got = run_script(FLOOR_CHECK, "FLOOR-CHECK", kernel_package, sglang_cpu_path, interpret=True, timeout=600)
     assert got["True"]["kept"] == [30] * 4 and got["False"]["kept"] == [16] * 4, got
     assert all(case["same_kept"] and case["searched"] == 0 for case in got.values()), got
+
+
+BAND_CHECK = r"""
+import json, torch
+from ddt import ddtree_kernels as dk, ddtree_utils as du
+
+# A language model's shape (the core bench's verify logits): a N(0, 2) bulk of 20000 tokens and 64 tokens
+# raised by up to 12. Where the raised ones hold less than top-p of the mass the cut lies thousands of
+# tokens deep in the bulk: the band of bins around it (not a prefix from the top) decides it.
+gen = torch.Generator().manual_seed(3)
+n, vocab = 4, 20000
+x = 2 * torch.randn(4 * n, vocab, generator=gen)
+x.scatter_add_(1, torch.randint(0, vocab, (4 * n, 64), generator=gen),
+          12 * torch.rand(4 * n, 64, generator=gen))
+temps = torch.tensor([1.0, 1.0, 0.8, 1.2])
+settings = {
+    "top_p": (None, torch.tensor([0.95, 0.99, 0.9, 0.95]), None, False),
+    "top_k+top_p+min_p": (torch.tensor([3000, 5000, 1 << 30, 2500]), torch.tensor([0.95, 0.99, 0.9, 0.97]),
+                          torch.tensor([1e-4, 0.0, 1e-5, 0.0]), False),
+    "top_k": (torch.tensor([3000, 5000, 1, 2500]), None, None, False),
+}
+result = {}
+for name, (top_k, top_p, min_p, renorm) in settings.items():
+    for keep_ties in (True, False):
+        rows = [None if v is None else v.repeat_interleave(n) for v in (top_k, top_p, min_p)]
+        want = du.sampling_target_probs(x, temps.repeat_interleave(n), *rows, top_p_after_top_k=renorm,
+                                        keep_ties=keep_ties)
+        cut = dk.filter_rows(x, temps, top_k, top_p, min_p, n, top_p_after_top_k=renorm,
+                             keep_ties=keep_ties, candidate_cap=1024)
+        z = x / temps.repeat_interleave(n).unsqueeze(1)
+        key = du._float_key(z)
+        index = torch.arange(vocab).unsqueeze(0)
+        kept = (key > cut["cut_key"].unsqueeze(1)) | (
+            (key == cut["cut_key"].unsqueeze(1)) & (index <= cut["cut_idx"].unsqueeze(1)))
+        probs = torch.where(kept, torch.exp(z - cut["row_max"].unsqueeze(1))
+                            / cut["kept_mass"].unsqueeze(1), 0.0)
+        sizes = (want > 0).sum(dim=1)
+        result[name + ("" if keep_ties else ":positional")] = {
+            "same_kept": torch.equal(kept, want > 0),
+            "probs_close": bool(torch.allclose(probs, want, rtol=1e-5, atol=1e-7)),
+            "searched": int(cut["searched"].sum()),
+            "rows": 4 * n,
+            "deep_decided": int(((sizes > 1024) & (cut["searched"] == 0)).sum()),
+        }
+print("BAND-CHECK " + json.dumps(result))
+"""
+
+
+def test_band_decides_cuts_deep_in_the_bulk(kernel_package: Path, sglang_cpu_path: str) -> None:  # noqa: F811
+    """The core bench's logit shape (a N(0, 2) bulk, 64 raised tokens), top-p 0.9-0.99, top-k in the
+    thousands, min-p: cuts thousands of tokens deep (more than the cap of 1024, so no prefix from the top
+    could list them) are decided by the band of bins around the cut, with no radix search, keeping
+    sampling_target_probs' tokens and probabilities under both tie rules."""
+    got = run_script(BAND_CHECK, "BAND-CHECK", kernel_package, sglang_cpu_path, interpret=True, timeout=900)
+    assert len(got) == 6, sorted(got)
+    for case, result in got.items():
+        assert result["same_kept"] and result["probs_close"], (case, result)
+        assert result["searched"] <= result["rows"] // 8, (case, result)
+        assert result["deep_decided"] >= 3, (case, result)
 
 
 COMPILE = r"""
@@ -734,6 +820,7 @@ KERNEL_NAMES = [
     "_tree_rows_kernel",
     "_verify_greedy_kernel",
     "_sample_max_kernel",
+    "_sample_band_kernel",
     "_sample_mass_kernel",
     "_sample_cut_kernel",
     "_radix_round_kernel",
@@ -787,6 +874,7 @@ def test_compile_covers_every_sampling_variant(compiled: dict) -> None:
     assert len(plain) == 1 and "num_warps=8" in plain[0], cut
     assert compiled["divisibility"]["_sample_cut_kernel"] >= 16, compiled["divisibility"]
     assert len(compiled["variants"]["_sample_mass_kernel"]) == 1  # launched only with a filter on
-    assert len(compiled["variants"]["_sample_max_kernel"]) == 2  # level counts (filters on) or not
+    assert len(compiled["variants"]["_sample_max_kernel"]) == 2  # bin counts (filters on) or not
+    assert len(compiled["variants"]["_sample_band_kernel"]) == 8  # each variant with a filter on
     assert len(compiled["variants"]["_residual_mass_kernel"]) == 4  # FILTERED x `valid`
     assert len(compiled["variants"]["_sample_walk_kernel"]) == 2  # with and without `valid`
