@@ -39,6 +39,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -166,18 +167,9 @@ def sampling_path(switch: str):
         os.environ["SGLANG_DDTREE_TRITON_SAMPLING"] = saved if saved is not None else "1"
 
 
-@contextlib.contextmanager
 def topk_prefilter(switch: str):
     """SGLANG_DDTREE_TOPK_PREFILTER=switch inside the block ("1": the group prefilter), as it was after."""
-    saved = os.environ.get("SGLANG_DDTREE_TOPK_PREFILTER")
-    os.environ["SGLANG_DDTREE_TOPK_PREFILTER"] = switch
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("SGLANG_DDTREE_TOPK_PREFILTER")
-        else:
-            os.environ["SGLANG_DDTREE_TOPK_PREFILTER"] = saved
+    return mock.patch.dict(os.environ, {"SGLANG_DDTREE_TOPK_PREFILTER": switch})
 
 
 def sampled_verify_memory(du, bs: int, budget: int, topk: int, depth: int, vocab: int) -> dict:

@@ -29,6 +29,7 @@ import random
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -158,18 +159,9 @@ def no_sync_and_graph(bs: int = 8, size: int = 17, vocab: int = 32000) -> dict:
     return out
 
 
-@contextlib.contextmanager
 def torch_path():
     """adjust_verify_logits on its torch ops (SGLANG_DDTREE_TRITON=0), for the reference and the table."""
-    before = os.environ.get("SGLANG_DDTREE_TRITON")
-    os.environ["SGLANG_DDTREE_TRITON"] = "0"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("SGLANG_DDTREE_TRITON")
-        else:
-            os.environ["SGLANG_DDTREE_TRITON"] = before
+    return mock.patch.dict(os.environ, {"SGLANG_DDTREE_TRITON": "0"})
 
 
 def bit_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
