@@ -28,6 +28,12 @@
 #                   kernel, the served default since 2026-12-01)
 #   stress-mla      the stress (retraction, aborts, stops, request options, strict leak check) on the MLA target
 #   stress-mla-graphs  the MLA stress with the fast step on
+#   smoke-sampling  the pro6000 smoke with the Triton sampling verify on (SGLANG_DDTREE_TRITON_SAMPLING=1): its chi-square
+#                   tests at temperature 1 with top-p/top-k/min-p served through the kernels (issue 27)
+#   core-tests      tests/gpu/test_ddtree_core_gpu.py: the kernels vs torch, the Triton sampling kernels vs the reference,
+#                   every warm-up variant compiles, no sync, graph replay, flashinfer's own counts (issue 27)
+#   request-options tests/gpu/request_options_gpu.py: the penalties kernel CUDA vs CPU, no sync, graph = eager, its
+#                   time against torch at bs 32 / budget 16 / vocabulary 163840 (issue 28)
 #   steps           ddtree_step_checks.py: every host sync torch's sync debug mode sees inside DDTREE steps, and
 #                   first vs second request latency per sampling kind (issue 25)
 #   tree-graph      tests/gpu/test_tree_stage_graph_gpu.py: the tree stage's CUDA graphs replay the eager stage
@@ -63,10 +69,10 @@ GRAPHS_ENV=(SGLANG_DFLASH_STEP_GRAPHS=1 SGLANG_DDTREE_FAST_METADATA=1)
 for job in "$@"; do
   case $job in
     smoke | smoke-graphs | stress-graphs | smoke-graphs-tp2 | smoke-splitkv | stress-splitkv | options-stress | \
-      options-stress-dflash | secrets | mla | \
+      options-stress-dflash | secrets | mla | smoke-sampling | core-tests | request-options | \
       smoke-mla-graphs | stress-mla | stress-mla-graphs | steps | tree-graph | stacks | profile | paired | options | \
       core-bench | verify-bench | profile-mla) ;;
-    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv options-stress options-stress-dflash secrets mla smoke-mla-graphs stress-mla stress-mla-graphs steps tree-graph stacks profile paired options core-bench verify-bench profile-mla)" >&2
+    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv options-stress options-stress-dflash secrets mla smoke-sampling core-tests request-options smoke-mla-graphs stress-mla stress-mla-graphs steps tree-graph stacks profile paired options core-bench verify-bench profile-mla)" >&2
        exit 2 ;;
   esac
 done
@@ -91,6 +97,10 @@ run_job() {
                       bash tests/gpu/device_ddtree.sh stress ;;
     options-stress-dflash) timeout "$limit" env STRESS_ARGS="--options-only --algorithm DFLASH" \
                              OUT="$OUT/options-stress-dflash" bash tests/gpu/device_ddtree.sh stress ;;
+    smoke-sampling) timeout "$limit" env SGLANG_DDTREE_TRITON_SAMPLING=1 OUT="$OUT/smoke-sampling" \
+                      bash tests/gpu/device_ddtree.sh smoke ;;
+    core-tests) timeout "$limit" python3 -m pytest -q -p no:cacheprovider tests/gpu/test_ddtree_core_gpu.py ;;
+    request-options) timeout "$limit" env OUT="$OUT/request-options" bash tests/gpu/device_ddtree.sh options ;;
     secrets) timeout "$limit" env OUT="$OUT/secrets" bash tests/gpu/device_ddtree.sh secrets ;;
     mla) timeout "$limit" env DDTREE_SMOKE_ARCH=mla OUT="$OUT/mla" bash tests/gpu/device_ddtree.sh smoke ;;
     smoke-mla-graphs) timeout "$limit" env "${GRAPHS_ENV[@]}" DDTREE_SMOKE_ARCH=mla OUT="$OUT/smoke-mla-graphs" \
