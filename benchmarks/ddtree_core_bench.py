@@ -21,6 +21,8 @@ Columns (microseconds per step, CUDA events; eager includes the host's launch ti
            temporaries would not fit comfortably
 Then the peak extra GPU memory of one sampled verify (top-p 0.95, flashinfer's tie rule) at --memory-bs and
 --memory-budget, on both paths (torch.cuda.max_memory_allocated over what was allocated before the call).
+Last, per kernel (torch's profiler, eager, --profile-bs at --profile-budget): where each s_* step's GPU
+time goes, the kernels sorted by time with their launches per step.
 g_topk times the served default tile kernel; SGLANG_DDTREE_TOPK_PREFILTER=1 times the opt-in group prefilter.
 The top-k lines after the table time both at bs 1 and the largest bs, and topk_logsumexp per tile size.
 The s_* columns time the Triton sampling kernels: the bench sets SGLANG_DDTREE_TRITON_SAMPLING=1 (the served
@@ -63,6 +65,55 @@ def verify_logits(du, lp: torch.Tensor, budget: int, topk: int, gen: torch.Gener
     return logits
 
 
+def sampling_settings(bs: int) -> dict[str, dict]:
+    """The s_* columns' request settings: temperature only, top-p 0.95, top-k 40 + top-p 0.9 + min-p 0.05."""
+    return {
+        "temp": {},
+        "topp": {"top_ps": torch.full((bs,), 0.95, device="cuda")},
+        "kpm": {
+            "top_ks": torch.full((bs,), 40, dtype=torch.int32, device="cuda"),
+            "top_ps": torch.full((bs,), 0.9, device="cuda"),
+            "min_ps": torch.full((bs,), 0.05, device="cuda"),
+            "top_p_after_top_k": True,
+        },
+    }
+
+
+def kernel_breakdown(du, bs: int, budget: int, topk: int, depth: int, vocab: int, calls: int = 10) -> dict:
+    """{setting: [(kernel, us per step, launches per step)], largest first}: the s_* step's CUDA time per
+    kernel from torch's profiler over `calls` eager steps, so a missed goal comes with where the time went."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    gen = torch.Generator(device="cuda").manual_seed(bs * 100 + budget)
+    lp = (3 * torch.randn(bs, depth, vocab, device="cuda", generator=gen)).log_softmax(-1)
+    logits = verify_logits(du, lp, budget, topk, gen)
+    coins = torch.rand(bs, depth, device="cuda", generator=gen)
+    final = torch.rand(bs, device="cuda", generator=gen)
+    temperatures = torch.ones(bs, device="cuda")
+    out = {}
+    for name, params in sampling_settings(bs).items():
+
+        def step(params=params):
+            tree = du.build_ddtree(lp, budget, topk)
+            return tree.verify_sampling_logits(logits, temperatures, **params, coins=coins, final_coins=final)
+
+        step()  # compiled and cached outside the profile
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                step()
+            torch.cuda.synchronize()
+        per_kernel: dict[str, list[float]] = {}
+        for event in prof.events():
+            if event.device_type == DeviceType.CUDA:
+                total = per_kernel.setdefault(event.name, [0.0, 0.0])
+                total[0] += event.time_range.elapsed_us() / calls
+                total[1] += 1 / calls
+        out[name] = sorted(((k, us, n) for k, (us, n) in per_kernel.items()), key=lambda item: -item[1])
+    return out
+
+
 def bench_one(
     du, bs: int, budget: int, topk: int, depth: int, vocab: int, iters: int, bandwidth: float
 ) -> dict:
@@ -92,16 +143,7 @@ def bench_one(
     coins = torch.rand(bs, depth, device="cuda", generator=gen)
     final = torch.rand(bs, device="cuda", generator=gen)
     temperatures = torch.ones(bs, device="cuda")
-    settings = {
-        "temp": {},
-        "topp": {"top_ps": torch.full((bs,), 0.95, device="cuda")},
-        "kpm": {
-            "top_ks": torch.full((bs,), 40, dtype=torch.int32, device="cuda"),
-            "top_ps": torch.full((bs,), 0.9, device="cuda"),
-            "min_ps": torch.full((bs,), 0.05, device="cuda"),
-            "top_p_after_top_k": True,
-        },
-    }
+    settings = sampling_settings(bs)
     for name, params in settings.items():
 
         def sampling_step(params=params):
@@ -270,6 +312,14 @@ def main() -> int:
     parser.add_argument("--memory-bs", type=int, default=48)
     parser.add_argument("--memory-budget", type=int, default=32)
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
+    parser.add_argument(
+        "--profile-bs",
+        type=int,
+        nargs="*",
+        default=None,
+        help="batch sizes of the per-kernel breakdown (default: the least and the largest --bs)",
+    )
+    parser.add_argument("--profile-budget", type=int, default=16, help="budget of the per-kernel breakdown")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("error: no CUDA device; run this on the GPU machine", file=sys.stderr)
@@ -317,9 +367,22 @@ def main() -> int:
         f"vocab {memory['vocab']}: "
         f"Triton {memory['triton_peak_extra_mib']:.0f} MiB, torch {memory['torch_peak_extra_mib']:.0f} MiB"
     )
+    breakdown = {}
+    for bs in sorted(set(args.profile_bs if args.profile_bs is not None else (min(args.bs), max(args.bs)))):
+        try:
+            per_setting = kernel_breakdown(du, bs, args.profile_budget, args.topk, args.depth, args.vocab)
+        except Exception as exc:  # the profiler is optional; the table above is what the goals read
+            print(f"note: per-kernel breakdown unavailable ({exc})", file=sys.stderr)
+            break
+        breakdown[f"bs{bs}"] = per_setting
+        for name, kernels_us in per_setting.items():
+            total = sum(us for _, us, _ in kernels_us)
+            top = ", ".join(f"{kernel[:40]} {us:.1f} x{n:g}" for kernel, us, n in kernels_us[:8])
+            print(f"  bs {bs} budget {args.profile_budget} s_{name}: {total:.1f} us of kernels: {top}")
     if args.json:
         args.json.write_text(
-            json.dumps({"steps": rows, "topk": topk_rows, "memory": memory}, indent=1) + "\n"
+            json.dumps({"steps": rows, "topk": topk_rows, "memory": memory, "kernels": breakdown}, indent=1)
+            + "\n"
         )
     return 0
 
