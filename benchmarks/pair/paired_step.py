@@ -8,9 +8,9 @@ noise (2026-12-01: `ddtree-16@torchmeta` came out slower than `@eager`, which no
 Here the two servers run at the same time on the same GPU and take turns:
   - the same settings for both (serve_bench's for the mode, graphs for bs 1-4, --mem-fraction-static 0.2 each,
     --sleep-on-idle so the idle one does not spin a CPU core), on ports apart; each mode's step switches
-    (serve_bench.step_environment_of: `@eager`, `@graphs`, `@meta`, `@splitkv`, `@upstream`) go into its own
-    server's process environment only. B starts once A is ready: SGLang sizes its KV pool from the free memory
-    it sees around its model load, which A's pool would shrink if A allocated it meanwhile;
+    (serve_bench.step_environment_of: `@eager`, `@extend`, `@graphs`, `@meta`, `@splitkv`, `@upstream`) go
+    into its own server's process environment only. B starts once A is ready: SGLang sizes its KV pool from
+    the free memory it sees around its model load, which A's pool would shrink if A allocated it meanwhile;
   - per context, a warm-up request to each (its greedy output is the one compared), then `--rounds` rounds of
     four measurements A, B, B, A (profile_step.unprofiled_step_ms with one full and one one-token request
     each; no profiler): a drift linear over a round cancels in its ratio B/A = (B1 + B2) / (A1 + A2).

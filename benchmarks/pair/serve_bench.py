@@ -36,8 +36,9 @@ from ddtree.smoke.models import SmokeSettings
 
 MODES = ("none", "dflash", "ddtree-8", "ddtree-16", "ddtree-32")
 # A mode may carry one variant suffix: the same server settings with one step switch changed, so one sitting
-# puts old and new side by side (dflash@upstream: SGLang's own step, patches 0008, 0012 and 0013's step work
-# off; ddtree-16@splitkv: patch 0009's split-KV target verify on; ddtree-16@eager, dflash@eager: patch 0012's
+# puts old and new side by side (dflash@upstream: SGLang's own step, patches 0008, 0009, 0012 and 0013's step
+# work off; ddtree-16@extend: patch 0009's split-KV target verify off (the served default is on since
+# 2026-12-02, patch 0017), @splitkv: on whatever the default; ddtree-16@eager, dflash@eager: patch 0012's
 # step CUDA graphs and patch 0013's one-launch verify metadata off (the served default is on since
 # 2026-12-01); @graphs: both on, whatever the default; ddtree-16@meta: patch 0013 alone). Every switch is set
 # explicitly for every server, to the served default unless the variant says.
@@ -45,9 +46,10 @@ FAST_STEP_ENV = "SGLANG_DFLASH_FAST_STEP"
 SPLITKV_ENV = "SGLANG_DDTREE_SPLITKV_VERIFY"
 STEP_GRAPHS_ENV = "SGLANG_DFLASH_STEP_GRAPHS"
 FAST_METADATA_ENV = "SGLANG_DDTREE_FAST_METADATA"
-STEP_DEFAULTS = {FAST_STEP_ENV: "1", SPLITKV_ENV: "0", STEP_GRAPHS_ENV: "1", FAST_METADATA_ENV: "1"}
+STEP_DEFAULTS = {FAST_STEP_ENV: "1", SPLITKV_ENV: "1", STEP_GRAPHS_ENV: "1", FAST_METADATA_ENV: "1"}
 VARIANTS = {
-    "upstream": {FAST_STEP_ENV: "0", STEP_GRAPHS_ENV: "0", FAST_METADATA_ENV: "0"},
+    "upstream": {FAST_STEP_ENV: "0", SPLITKV_ENV: "0", STEP_GRAPHS_ENV: "0", FAST_METADATA_ENV: "0"},
+    "extend": {SPLITKV_ENV: "0"},
     "splitkv": {SPLITKV_ENV: "1"},
     "eager": {STEP_GRAPHS_ENV: "0", FAST_METADATA_ENV: "0"},
     "graphs": {STEP_GRAPHS_ENV: "1", FAST_METADATA_ENV: "1"},

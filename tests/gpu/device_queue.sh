@@ -17,8 +17,9 @@
 #                   kernel; the served default since 2026-12-01, so `smoke` runs it too)
 #   stress-graphs   the stress with the same switches on
 #   smoke-graphs-tp2  the smoke at TP 2 with the fast step and its TP capture on (a two-GPU machine)
-#   smoke-splitkv   the pro6000 smoke (baseline, DFLASH, DDTREE) with the split-KV verify on (issue 26)
-#   stress-splitkv  the stress (retraction, aborts, stops, request options) with the split-KV verify on
+#   smoke-splitkv   the pro6000 smoke (baseline, DFLASH, DDTREE) with the split-KV verify on explicitly (issue 26;
+#                   the served default since 2026-12-02, patch 0017, so `smoke` runs it too)
+#   stress-splitkv  the stress (retraction, aborts, stops, request options) with the split-KV verify on explicitly
 #   options-stress  stress --options-only: the crafted options target, every request option changes plain decoding's
 #                   output and DDTREE equals it token for token, chi-square at T 1 with every option (issue 28)
 #   options-stress-dflash  the same against DFLASH

@@ -623,7 +623,7 @@ def test_mode_variants_serve_with_their_switch_and_the_same_settings(monkeypatch
 
     monkeypatch.delenv("SGLANG_DFLASH_FAST_STEP", raising=False)
     monkeypatch.delenv("SGLANG_DDTREE_FAST_METADATA", raising=False)
-    monkeypatch.setenv("SGLANG_DDTREE_SPLITKV_VERIFY", "1")  # a stray shell setting must not leak in
+    monkeypatch.setenv("SGLANG_DDTREE_SPLITKV_VERIFY", "0")  # a stray shell setting must not leak in
     monkeypatch.delenv("SGLANG_DFLASH_STEP_GRAPHS", raising=False)
     assert serve_bench.server_settings("ddtree-16@upstream") == serve_bench.server_settings("ddtree-16")
     assert serve_bench.server_settings("ddtree-16@splitkv") == serve_bench.server_settings("ddtree-16")
@@ -635,9 +635,12 @@ def test_mode_variants_serve_with_their_switch_and_the_same_settings(monkeypatch
     with serve_bench.step_environment("ddtree-16@splitkv"):
         assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "1"
         assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "1"
-    with serve_bench.step_environment("dflash"):  # the served defaults: split-KV off, the step graphs on
-        assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "1"
+    with serve_bench.step_environment("ddtree-16@extend"):  # the split-KV verify off, the rest as served
         assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "0"
+        assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "1"
+    with serve_bench.step_environment("dflash"):  # the served defaults: split-KV on, the step graphs on
+        assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "1"
+        assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "1"
         assert os.environ["SGLANG_DDTREE_FAST_METADATA"] == "1"
         assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "1"
     with serve_bench.step_environment("dflash@eager"):
@@ -647,15 +650,15 @@ def test_mode_variants_serve_with_their_switch_and_the_same_settings(monkeypatch
     with serve_bench.step_environment("ddtree-16@graphs"):
         assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "1"
         assert os.environ["SGLANG_DDTREE_FAST_METADATA"] == "1"
-        assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "0"
+        assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "1"
     with serve_bench.step_environment("ddtree-16@meta"):
         assert os.environ["SGLANG_DDTREE_FAST_METADATA"] == "1"
         assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "0"
         assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "1"
     assert "SGLANG_DFLASH_FAST_STEP" not in os.environ
     assert "SGLANG_DDTREE_FAST_METADATA" not in os.environ
-    assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "1"
-    with pytest.raises(ValueError, match=r"@fast.*known: eager, graphs, meta, splitkv, upstream"):
+    assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "0"
+    with pytest.raises(ValueError, match=r"@fast.*known: eager, extend, graphs, meta, splitkv, upstream"):
         serve_bench.server_settings("ddtree-16@fast")
 
 

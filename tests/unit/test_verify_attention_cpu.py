@@ -79,6 +79,16 @@ result["routing"] = {
     "sinks": routed(V, sinks=torch.zeros(4)), "xai": routed(V, xai=64),
     "env": [triton_backend.SPLITKV_VERIFY_ENV, triton_backend.SPLITKV_VERIFY_MLA_ENV],
 }
+from sglang.srt.layers.attention.triton_ops import verify_attention as va
+result["splits"] = {p: va.verify_num_kv_splits(p, 132) for p in (1, 2, 16, 32, 64, 264, 1000)}
+import os
+switch = {}
+for value in (None, "0", "1", "false"):
+    os.environ.pop(triton_backend.SPLITKV_VERIFY_ENV, None)
+    if value is not None:
+        os.environ[triton_backend.SPLITKV_VERIFY_ENV] = value
+    switch[str(value)] = triton_backend.splitkv_verify_enabled()
+result["switch"] = switch
 print("VERIFY-ATTN " + json.dumps(result))
 """
 
@@ -127,6 +137,18 @@ def test_only_causal_target_verify_is_routed(results: dict) -> None:
         "sinks": False,
         "xai": False,
     }
+
+
+def test_split_counts_are_powers_of_two_near_two_programs_per_sm(results: dict) -> None:
+    """verify_num_kv_splits on the H200's 132 SMs: bs 1 of the pair (2 KV heads) takes the cap, bs 8 16, bs 32
+    4 (the unrounded 5 ran 1.35-1.5x slower than 4 or 8 on the device), never 0, never above 64."""
+    splits = {int(programs): count for programs, count in results["splits"].items()}
+    assert splits == {1: 64, 2: 64, 16: 16, 32: 8, 64: 4, 264: 1, 1000: 1}
+
+
+def test_split_kv_verify_is_on_unless_switched_off(results: dict) -> None:
+    """Patch ddtree-splitkv-default: on with the variable unset; SGLang's bool parsing of the switch."""
+    assert results["switch"] == {"None": True, "0": False, "1": True, "false": False}
 
 
 COMPILE = r"""
