@@ -15,8 +15,9 @@ drafter's; what it measures is where a step's time goes on that architecture's k
 For each mode: one server (serve_bench's settings, graphs for bs 1-4 only); per context (default 256 and
 4096, past the drafter's 2048-token window, where the served DFLASH step more than doubled) a warm-up
 request, then SGLang's own torch profiler (POST /start_profile, CPU + GPU activities, `--steps` scheduler
-steps) over one greedy request at concurrency 1; the trace lands in OUT/MODE/ctxN/. The analysis starts at
-the first decode or verify forward (the prefill is left out) and splits the window into:
+steps) over one greedy request at concurrency 1 (`--profile-concurrency N`: N requests sent at once, so the
+window holds batched steps; the result's mode then ends in ` cN`); the trace lands in OUT/MODE/ctxN/. The
+analysis starts at the first decode or verify forward (the prefill is left out) and splits the window into:
   - drafter forward / target forward: GPU time of the kernels launched inside SGLang's per-forward spans
     (`step[MODE bs=N]`, model_runner.py; kernels are matched to their launch by CUPTI's correlation id, CUDA
     graph replays included). In a speculative step the drafter's forward comes first, then the target's
@@ -323,20 +324,28 @@ def unprofiled_step_ms(client, prompt: list[int], params: dict, rounds: int = 3)
 def concurrent_tok_s(client, prompts: list[list[int]], params: dict) -> dict[str, Any]:
     """Aggregate output tok/s of len(prompts) requests sent at once (the bench's concurrency cell, one round,
     prefill included), and the first request's greedy output (to compare modes token for token)."""
-    with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
-        start = time.perf_counter()
-        answers = list(
-            pool.map(
-                lambda ids: client.post_json("/generate", {"input_ids": ids, "sampling_params": params}),
-                prompts,
-            )
-        )
-        elapsed = time.perf_counter() - start
+    start = time.perf_counter()
+    answers = send_at_once(client, prompts, params)
+    elapsed = time.perf_counter() - start
     tokens = sum(int(a.get("meta_info", {}).get("completion_tokens") or 0) for a in answers)
     return {
         f"aggregate_tok_s_c{len(prompts)}": round(tokens / max(1e-9, elapsed), 1),
         "greedy_output": list(answers[0].get("output_ids") or []),
     }
+
+
+def send_at_once(client, prompts: list[list[int]], params: dict) -> list[dict]:
+    """Every prompt as its own /generate request, all sent at once (one thread each), the answers in order:
+    the profiled window then holds batched steps of len(prompts) requests, as a loaded server runs them."""
+    if len(prompts) == 1:
+        return [client.post_json("/generate", {"input_ids": prompts[0], "sampling_params": params})]
+    with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
+        return list(
+            pool.map(
+                lambda ids: client.post_json("/generate", {"input_ids": ids, "sampling_params": params}),
+                prompts,
+            )
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -393,9 +402,11 @@ def profile_mode(
     new_tokens: int,
     contexts: list[int],
     stacks: bool = False,
+    concurrency: int = 1,
 ) -> list[dict[str, Any]]:
-    """Start the mode's server; per context, profile `steps` scheduler steps of one greedy request (after a
-    warm-up request of the same length) and analyze the trace. One result per context."""
+    """Start the mode's server; per context, profile `steps` scheduler steps of `concurrency` greedy
+    requests sent at once (after a warm-up request of the same length) and analyze the trace. One result
+    per context."""
     from ddtree.smoke import server as smoke_server
 
     from benchmarks.pair import serve_bench
@@ -425,10 +436,10 @@ def profile_mode(
             status, answer = server.client.post_text("/start_profile", body, 120.0)
             if status != 200:
                 raise RuntimeError(f"POST /start_profile -> HTTP {status}: {answer[:300]}")
-            server.client.post_json("/generate", {"input_ids": prompt, "sampling_params": params})
+            send_at_once(server.client, [prompt, *others[1:concurrency]], params)
             _wait_for_trace(where, timeout_s=120.0)
             traces = sorted(where.glob("*.trace.json.gz"))
-            label = f"{mode} ctx {context}"
+            label = f"{mode} ctx {context}" + (f" c{concurrency}" if concurrency > 1 else "")
             if traces:
                 result = analyze(load_trace(traces[-1]), label)
             else:
@@ -456,6 +467,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--smoke-arch", choices=("gqa", "mla"),
         help="profile the smoke test's tiny models of this architecture (mla: Kimi K2.6's) instead of --pair",
+    )  # fmt: skip
+    ap.add_argument(
+        "--profile-concurrency", type=int, default=1, choices=range(1, CONCURRENT + 1),
+        metavar=f"1..{CONCURRENT}",
+        help="requests sent at once in the profiled window (32: where the bench's concurrency-32 step goes)",
     )  # fmt: skip
     ap.add_argument("--analyze", type=Path, help="only analyze this trace file")
     ap.add_argument("--mode", default="ddtree", help="with --analyze: none, dflash or ddtree")
@@ -491,8 +507,9 @@ def profile_modes(served: Served, args: argparse.Namespace, contexts: list[int])
     for mode in args.modes.split(","):
         try:
             results += profile_mode(
-                mode, served, args.out, args.steps, args.new_tokens, contexts, args.stacks
-            )
+                mode, served, args.out, args.steps, args.new_tokens, contexts, args.stacks,
+                args.profile_concurrency,
+            )  # fmt: skip
         except Exception as exc:  # one mode's failure is recorded; the next mode still runs
             results.append(
                 {"mode": mode, "steps": 0, "per_step_us": {}, "error": f"{type(exc).__name__}: {exc}"}

@@ -40,7 +40,10 @@
 #   tree-graph      tests/gpu/test_tree_stage_graph_gpu.py: the tree stage's CUDA graphs replay the eager stage
 #                   exactly, and its host time eager vs replayed (issue 25)
 #   stacks          (timing) profile_step --stacks: host time per Python function, DDTREE-16, context 256
+#   stacks-c32      (timing) the same with 32 requests at once: host time per Python function of a batched step
+#                   (issue 25's concurrency-32 goal: a DDTREE-16 step there was 17.5 ms against none's 2.7)
 #   profile         (timing) profile_step over $PROFILE_MODES x $PROFILE_CONTEXTS (issues 25, 26)
+#   profile-c32     (timing) profile_step of ddtree-16 and none at context 256 with 32 requests at once
 #   paired          (timing) paired_step: $PAIRED_MODES (A,B) from two servers up at once, $PAIRED_ROUNDS rounds
 #                   A,B,B,A at $PAIRED_CONTEXTS; step ms, tok/s and the per-round ratio B/A (issue 25)
 #   options         (timing) options_acceptance: acceptance with request options on the pair (issue 28)
@@ -64,16 +67,17 @@ PROFILE_CONTEXTS=${PROFILE_CONTEXTS:-256,4096}
 PAIRED_MODES=${PAIRED_MODES:-ddtree-16@eager,ddtree-16} PAIRED_CONTEXTS=${PAIRED_CONTEXTS:-256}
 PAIRED_ROUNDS=${PAIRED_ROUNDS:-8}
 PROFILE_MLA_MODES=${PROFILE_MLA_MODES:-ddtree-8,ddtree-8@eager,dflash,none}
-TIMING_JOBS=" stacks profile paired options core-bench verify-bench profile-mla "
+TIMING_JOBS=" stacks stacks-c32 profile profile-c32 paired options core-bench verify-bench profile-mla "
 PAIRLESS_JOBS=" core-bench verify-bench profile-mla "
 GRAPHS_ENV=(SGLANG_DFLASH_STEP_GRAPHS=1 SGLANG_DDTREE_FAST_METADATA=1)
 for job in "$@"; do
   case $job in
     smoke | smoke-graphs | stress-graphs | smoke-graphs-tp2 | smoke-splitkv | stress-splitkv | options-stress | \
       options-stress-dflash | secrets | mla | smoke-sampling | core-tests | request-options | \
-      smoke-mla-graphs | stress-mla | stress-mla-graphs | steps | tree-graph | stacks | profile | paired | options | \
+      smoke-mla-graphs | stress-mla | stress-mla-graphs | steps | tree-graph | stacks | stacks-c32 | profile | \
+      profile-c32 | paired | options | \
       core-bench | verify-bench | profile-mla) ;;
-    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv options-stress options-stress-dflash secrets mla smoke-sampling core-tests request-options smoke-mla-graphs stress-mla stress-mla-graphs steps tree-graph stacks profile paired options core-bench verify-bench profile-mla)" >&2
+    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv options-stress options-stress-dflash secrets mla smoke-sampling core-tests request-options smoke-mla-graphs stress-mla stress-mla-graphs steps tree-graph stacks stacks-c32 profile profile-c32 paired options core-bench verify-bench profile-mla)" >&2
        exit 2 ;;
   esac
 done
@@ -113,6 +117,10 @@ run_job() {
     tree-graph) timeout "$limit" python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_tree_stage_graph_gpu.py ;;
     stacks) timeout "$limit" python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/stacks" --stacks \
               --modes ddtree-16 --contexts 256 --steps 8 ;;
+    stacks-c32) timeout "$limit" python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/stacks-c32" \
+                  --stacks --modes ddtree-16 --contexts 256 --steps 6 --profile-concurrency 32 ;;
+    profile-c32) timeout "$limit" python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/profile-c32" \
+                   --modes ddtree-16,none --contexts 256 --profile-concurrency 32 ;;
     profile) timeout "$limit" python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/profile" \
                --modes "$PROFILE_MODES" --contexts "$PROFILE_CONTEXTS" ;;
     paired) timeout "$limit" python3 -m benchmarks.pair.paired_step --pair "$PAIR" --out "$RUNS/paired" \

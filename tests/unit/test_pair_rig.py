@@ -677,6 +677,28 @@ def test_concurrent_figure_counts_every_requests_tokens_and_keeps_the_first_outp
     assert got == {"aggregate_tok_s_c3": 120.0, "greedy_output": [1, 2]}
 
 
+def test_profiled_requests_are_in_flight_together_and_answered_in_order() -> None:
+    """--profile-concurrency N: the N requests of the profiled window are all at the server at once (so its
+    steps are batched), not one after another; the answers come back in the prompts' order."""
+    import threading
+
+    from benchmarks.pair import profile_step
+
+    arrived = threading.Barrier(4, timeout=10)  # breaks (and the test fails) unless all four wait at once
+
+    class Client:
+        def post_json(self, route: str, body: dict) -> dict:
+            assert route == "/generate" and body["sampling_params"] == {"max_new_tokens": 3}
+            arrived.wait()
+            return {"output_ids": body["input_ids"][::-1]}
+
+    prompts = [[1], [1, 2], [1, 2, 3], [4]]
+    answers = profile_step.send_at_once(Client(), prompts, {"max_new_tokens": 3})
+    assert [a["output_ids"] for a in answers] == [[1], [2, 1], [3, 2, 1], [4]]
+    with pytest.raises(SystemExit):  # more than the prompts it holds: refused by argparse
+        profile_step.main(["--pair", "p", "--out", "o", "--profile-concurrency", "33"])
+
+
 def test_device_pair_train_picks_the_preset_and_expects_only_the_committed_pair(tmp_path: Path) -> None:
     """tests/gpu/device_pair.sh train with a stand-in python3 on PATH that records its arguments (the real
     training needs the GPU): h200 by default with --expect, PRESET=h200-long into its own PAIR without."""
