@@ -505,6 +505,8 @@ for which, x in logits.items():
                 # a cap of 8 and a floor of 0.5: the candidates rarely decide, the radix search does
                 cut = dk.filter_rows(x, temps, *chosen, n, top_p_after_top_k=renorm, keep_ties=keep_ties,
                                      candidate_cap=8, candidate_floor=0.5)
+                exact = du.sampling_cut(x, temps.repeat_interleave(n), *rows, top_p_after_top_k=renorm,
+                                        keep_ties=keep_ties)
                 z = x / temps.repeat_interleave(n).unsqueeze(1)
                 key = du._float_key(z)
                 index = torch.arange(vocab).unsqueeze(0)
@@ -517,6 +519,7 @@ for which, x in logits.items():
                 result[name + ("" if keep_ties else ":positional")] = {
                     "same_kept": torch.equal(kept, want > 0),
                     "probs_close": bool(torch.allclose(probs, want, rtol=1e-5, atol=1e-7)),
+                    "same_cut": all(torch.equal(cut[k], exact[k]) for k in ("cut_key", "cut_idx", "row_max")),
                     "searched": int(searched.sum()),
                     "rows": 6 * n,
                     "kept_sizes": sorted(set((want > 0).sum(dim=1).tolist())),
@@ -537,10 +540,13 @@ def search_results(kernel_package: Path, sglang_cpu_path: str) -> dict:  # noqa:
 def test_radix_search_cut_equals_the_reference_in_every_filter_combination(search_results: dict) -> None:
     """Every filter combination (top-p after top-k too), both tie rules, on thousands of tied tokens of
     tiny mass, on bf16-rounded ties and on distinct keys: the same kept tokens (ties at the cut included)
-    and the same probabilities as sampling_target_probs' sort, with the cut found by the radix search."""
+    and the same probabilities as sampling_target_probs' sort, with the cut found by the radix search; the
+    cut itself (key, index, row max) equal to sampling_cut's, as the GPU test asserts."""
     assert len(search_results) == 2 * (2 * 9 + 2), sorted(search_results)
     wrong = {
-        case: got for case, got in search_results.items() if not (got["same_kept"] and got["probs_close"])
+        case: got
+        for case, got in search_results.items()
+        if not (got["same_kept"] and got["probs_close"] and got["same_cut"])
     }
     assert not wrong, wrong
     for case, got in search_results.items():
