@@ -307,8 +307,10 @@ def test_a_sampling_kernel_failing_at_warm_up_switches_the_triton_sampling_path_
 def test_radix_search_cut_equals_the_reference(du: ModuleType, inputs: str, keep_ties: bool) -> None:
     """The cut the candidates leave open (a cap of 8, a floor of 0.5: nearly every row searched), found by the
     radix search on the Kimi vocabulary in every filter combination, equals sampling_cut's sort: the same
-    cut key and index (so the same kept tokens, ties included) on bf16-rounded logits and on a tail of
-    160k equal tokens; the kept mass to float32 rounding."""
+    cut key and index (so the same kept tokens, ties included; a row no filter cuts, top-k 1 << 30 alone or
+    min-p 0 alone, is (_KEEP_ALL_KEY, vocab) in both) on bf16-rounded logits and on a tail of 160k equal
+    tokens; the kept mass to float32 rounding. A failure names the rows that differ and their requests'
+    filters."""
     kernels = du._kernels()
     assert kernels is not None
     bs, size, vocab = 4, 9, 163840
@@ -336,7 +338,9 @@ def test_radix_search_cut_equals_the_reference(du: ModuleType, inputs: str, keep
         want = du.sampling_cut(logits, temps.repeat_interleave(size), rows["top_ks"], rows["top_ps"],
                                rows["min_ps"], top_p_after_top_k=renorm, keep_ties=keep_ties)  # fmt: skip
         for key in ("cut_key", "cut_idx", "row_max"):
-            assert torch.equal(got[key], want[key]), (name, key, got[key], want[key])
+            differ = (got[key] != want[key]).nonzero().flatten().tolist()
+            filters = [{f: on[f][row // size].item() for f in on if chosen[f] is not None} for row in differ]
+            assert not differ, (name, key, differ, got[key][differ], want[key][differ], filters)
         assert torch.allclose(got["kept_mass"], want["kept_mass"], rtol=1e-5), name
         searched += int(got["searched"].sum())
     assert searched >= 8 * bs * size // 2, searched

@@ -505,6 +505,8 @@ for which, x in logits.items():
                 # a cap of 8 and a floor of 0.5: the candidates rarely decide, the radix search does
                 cut = dk.filter_rows(x, temps, *chosen, n, top_p_after_top_k=renorm, keep_ties=keep_ties,
                                      candidate_cap=8, candidate_floor=0.5)
+                exact = du.sampling_cut(x, temps.repeat_interleave(n), *rows, top_p_after_top_k=renorm,
+                                        keep_ties=keep_ties)
                 z = x / temps.repeat_interleave(n).unsqueeze(1)
                 key = du._float_key(z)
                 index = torch.arange(vocab).unsqueeze(0)
@@ -517,6 +519,7 @@ for which, x in logits.items():
                 result[name + ("" if keep_ties else ":positional")] = {
                     "same_kept": torch.equal(kept, want > 0),
                     "probs_close": bool(torch.allclose(probs, want, rtol=1e-5, atol=1e-7)),
+                    "same_cut": all(torch.equal(cut[k], exact[k]) for k in ("cut_key", "cut_idx", "row_max")),
                     "searched": int(searched.sum()),
                     "rows": 6 * n,
                     "kept_sizes": sorted(set((want > 0).sum(dim=1).tolist())),
@@ -537,10 +540,13 @@ def search_results(kernel_package: Path, sglang_cpu_path: str) -> dict:  # noqa:
 def test_radix_search_cut_equals_the_reference_in_every_filter_combination(search_results: dict) -> None:
     """Every filter combination (top-p after top-k too), both tie rules, on thousands of tied tokens of
     tiny mass, on bf16-rounded ties and on distinct keys: the same kept tokens (ties at the cut included)
-    and the same probabilities as sampling_target_probs' sort, with the cut found by the radix search."""
+    and the same probabilities as sampling_target_probs' sort, with the cut found by the radix search; the
+    cut itself (key, index, row max) equal to sampling_cut's, as the GPU test asserts."""
     assert len(search_results) == 2 * (2 * 9 + 2), sorted(search_results)
     wrong = {
-        case: got for case, got in search_results.items() if not (got["same_kept"] and got["probs_close"])
+        case: got
+        for case, got in search_results.items()
+        if not (got["same_kept"] and got["probs_close"] and got["same_cut"])
     }
     assert not wrong, wrong
     for case, got in search_results.items():
@@ -557,6 +563,63 @@ def test_radix_search_cases_cut_deep_and_across_tiles(search_results: dict) -> N
     positional = search_results["flat:top_k:positional"]
     assert positional["second_tile_cut"] >= 2, positional
     assert len(search_results["spread:top_k+top_p+min_p"]["kept_sizes"]) >= 4
+
+
+EXACT_CUT_CHECK = r"""
+import json, torch
+from ddt import ddtree_kernels as dk, ddtree_utils as du
+
+# The GPU test's comparison (test_ddtree_core_gpu.py::test_radix_search_cut_equals_the_reference) on three
+# tiles (4096 + 4096 + 808): its logit shape (2 N(0, 1) plus 64 raised tokens, bf16-rounded; or a flat tail of
+# ties at 0), its per-request filters (top-k 1 << 30 and min-p 0: rows no filter cuts; top-k 6000: a cut deep
+# in the row, across tiles), a cap of 8 and a floor of 0.5 (the radix search decides).
+gen = torch.Generator().manual_seed(60)
+vocab = 9000
+x = 2 * torch.randn(4, vocab, generator=gen)
+x.scatter_add_(1, torch.randint(0, vocab, (4, 64), generator=gen), 12 * torch.rand(4, 64, generator=gen))
+bf16 = x.to(torch.bfloat16).float()
+inputs = {"bf16-ties": bf16, "flat-tail": torch.where(bf16 > 8.0, bf16, torch.zeros_like(bf16))}
+temps = torch.tensor([1.0, 0.8, 1.3, 0.6])
+on = {"top_ks": torch.tensor([1, 40, 6000, 1 << 30], dtype=torch.int32),
+      "top_ps": torch.tensor([0.3, 0.9, 0.95, 0.999]), "min_ps": torch.tensor([0.0, 0.05, 1e-6, 1e-3])}
+variants = du.sampling_variants(4, "cpu")
+result = {}
+for which, logits in inputs.items():
+    for name in ("temperature", "top_ks", "min_ps"):
+        chosen = [None if variants[name][key] is None else on[key] for key in on]
+        for keep_ties in (True, False):
+            got = dk.filter_rows(logits, temps, *chosen, 1, keep_ties=keep_ties, candidate_cap=8,
+                                 candidate_floor=0.5)
+            want = du.sampling_cut(logits, temps, *chosen, keep_ties=keep_ties)
+            result[f"{which}:{name}" + ("" if keep_ties else ":positional")] = {
+                "differ": [key for key in ("cut_key", "cut_idx", "row_max")
+                           if not torch.equal(got[key], want[key])],
+                "mass_close": bool(torch.allclose(got["kept_mass"], want["kept_mass"], rtol=1e-5)),
+                "searched": int(got["searched"].sum()),
+                "uncut": int((want["cut_key"] == du._KEEP_ALL_KEY).sum()),
+                "deep": int(((want["cut_key"] != du._KEEP_ALL_KEY) & (got["searched"] != 0)
+                             & (on["top_ks"] > 1000)).sum()),
+            }
+print("EXACT-CUT " + json.dumps(result))
+"""
+
+
+def test_cut_equals_the_reference_exactly(kernel_package: Path, sglang_cpu_path: str) -> None:  # noqa: F811
+    """filter_rows' cut key, cut index and row max equal sampling_cut's exactly (as the GPU test asserts),
+    rows no filter cuts included: both write "keep everything" as (_KEEP_ALL_KEY, vocab). Before, the
+    reference cut at its last token instead (the same kept tokens, another key), and the GPU test failed on
+    the rows of top-k 1 << 30 (sitting 2026-12-02b, radix.log)."""
+    got = run_script(EXACT_CUT_CHECK, "EXACT-CUT", kernel_package, sglang_cpu_path, interpret=True,
+                     timeout=600)  # fmt: skip
+    assert len(got) == 12, sorted(got)
+    wrong = {case: value for case, value in got.items() if value["differ"] or not value["mass_close"]}
+    assert not wrong, wrong
+    assert all(got[f"{which}:temperature"]["uncut"] == 4 for which in ("bf16-ties", "flat-tail")), got
+    for which in ("bf16-ties", "flat-tail"):
+        for rule in ("", ":positional"):
+            top_k, min_p = got[f"{which}:top_ks{rule}"], got[f"{which}:min_ps{rule}"]
+            assert top_k["uncut"] == 1 and min_p["uncut"] == 1, (which, rule, got)  # top-k 1 << 30, min-p 0
+            assert top_k["deep"] == 1 and top_k["searched"] >= 2, (which, rule, top_k)  # top-k 6000 searched
 
 
 LADDER_CHECK = r"""
