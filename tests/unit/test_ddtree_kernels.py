@@ -852,6 +852,7 @@ for valid in (None, torch.ones(bs, budget, dtype=torch.bool)):  # a padded tree 
         dk.verify_sampling(tree.tokens, tree.parents, logits, temperatures, filters["top_ks"],
                            filters["top_ps"], filters["min_ps"], coins, final, tree.mask, tree.path,
                            tree.verify_depth, valid, top_p_after_top_k=renorm)
+dk.filter_rows(logits, temperatures, None, None, None, size)  # its own plain cut (the walk does verify's)
 knobs.runtime.jit_cache_hook = None  # from here on: compile for each arch given
 
 result = {"variants": {}, "failed": {}}
@@ -932,8 +933,9 @@ def test_kernels_compile_to_cubin_for_every_target_arch(compiled: dict, name: st
 def test_compile_covers_every_sampling_variant(compiled: dict) -> None:
     """The runtime's specialisation, not a hand-written one: each filter combination of the warm-up
     (du.sampling_variants: 8 on/off combinations + top-p after top-k) is its own _sample_cut_kernel, the
-    plain-temperature one included (the variant that crashed TritonGPUCoalesce on the H200), with
-    divisibility attributes and the launch's num_warps."""
+    plain-temperature one included (the variant that crashed TritonGPUCoalesce on the H200; verify_sampling
+    now does that cut in its walk kernel, filter_rows still launches it), with divisibility attributes and
+    the launch's num_warps."""
     cut = compiled["variants"]["_sample_cut_kernel"]
     assert len(cut) == 9, cut
     plain = [v for v in cut if "HAS_TOP_K=False,HAS_TOP_P=False,HAS_MIN_P=False,RENORM=False" in v]
@@ -944,4 +946,5 @@ def test_compile_covers_every_sampling_variant(compiled: dict) -> None:
     assert len(compiled["variants"]["_sample_band_kernel"]) == 8  # each variant with a filter on
     assert len(compiled["variants"]["_residual_mass_kernel"]) == 1  # launched only with a filter on
     assert len(compiled["variants"]["_residual_draw_kernel"]) == 1  # the same
-    assert len(compiled["variants"]["_sample_walk_kernel"]) == 4  # `valid` x DRAW (plain temperature)
+    assert len(compiled["variants"]["_sample_walk_kernel"]) == 4  # `valid` x DRAW (plain temperature: cut
+    # and bonus draw in the walk, two launches in all)
