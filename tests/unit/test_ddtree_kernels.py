@@ -406,8 +406,8 @@ result["walk_mixed_tiles"] = walk_case(4, 8, 4, 7, 9000, mixed, False, 64, 0.0, 
 # root's children in half the draws. "crumb": the root row's first tile holds only child 100 (every other
 # logit -inf), so its mass from the first pass's sums less the child's probability is a rounding crumb; the
 # final coin 0 draws from it first, and the draw must move on to the next tile (token 4096).
-def children_case(params, draws, crumb=False):
-    bs, budget, depth, vocab = 4, 32, 3, 9000
+def children_case(params, draws, crumb=False, bs=4):
+    budget, depth, vocab = 32, 3, 9000
     size = budget + 1
     parents = torch.tensor([-1] * 6 + [0] * 14 + [6] * 12)
     tokens = torch.randint(0, vocab, (budget,), generator=gen)
@@ -443,9 +443,9 @@ def children_case(params, draws, crumb=False):
             result.setdefault("crumb_bonus", []).extend(got[2].tolist())
     return {"same": same, "draws": draws, "root_rejected": rejected}
 
-filters = (torch.tensor([50, 1 << 30, 20, 300]), torch.tensor([0.95, 0.9, 1.0, 0.99]), None)
+filters = (torch.tensor([50, 1 << 30]), torch.tensor([0.95, 0.9]), None)
 result["children_temperature_only"] = children_case((None, None, None), 4)
-result["children_filtered"] = children_case(filters, 3)
+result["children_filtered"] = children_case(filters, 2, bs=2)  # the filters' kernels are slow interpreted
 result["children_crumb"] = children_case((None, None, None), 2, crumb=True)
 print("SAMPLING-CHECK " + json.dumps(result))
 """
@@ -455,7 +455,7 @@ print("SAMPLING-CHECK " + json.dumps(result))
 def sampling_results(kernel_package: Path, sglang_cpu_path: str) -> dict:  # noqa: F811
     """The sampling kernels in Triton's interpreter against ddtree_utils' torch reference (one process)."""
     return run_script(SAMPLING_CHECK, "SAMPLING-CHECK", kernel_package, sglang_cpu_path, interpret=True,
-                      timeout=900)  # fmt: skip
+                      timeout=1800)  # fmt: skip
 
 
 CUTS = ["all_filters", "all_filters_renorm", "ties", "ties_renorm", "ties_renorm_bisection", "ties_bisection",
