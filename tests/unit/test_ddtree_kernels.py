@@ -403,9 +403,9 @@ result["walk_mixed_tiles"] = walk_case(4, 8, 4, 7, 9000, mixed, False, 64, 0.0, 
 # 3. The last accepted row's children list at budget 32 (N 33, three tiles of 4096, 4096 and 808): the root
 # has six children, two of them invalid (their tokens stay in the residual) and two holding one token (listed
 # once), in every tile; node 0 has fourteen (two invalid), node 6 twelve (one invalid). Coins reject the
-# root's children in half the draws (request 0: always). "crumb": the root row's first tile holds only child 100 (every other
-# logit -inf), so its mass from the first pass's sums less the child's probability is a rounding crumb; the
-# final coin 0 draws from it first, and the draw must move on to the next tile (token 4096).
+# root's children in half the draws (request 0: always). "crumb": the root row's first tile holds only child
+# 100 (every other logit -inf), so its mass from the first pass's sums less the child's probability is a
+# rounding crumb; the final coin 0 draws from it first, and the draw must move on to the next tile (4096).
 def children_case(params, draws, crumb=False, bs=4):
     budget, depth, vocab = 32, 3, 9000
     size = budget + 1
