@@ -232,6 +232,31 @@ def test_triton_sampling_equals_the_torch_reference(
     assert accepted >= total, f"the inputs barely exercise acceptance: {accepted} nodes in {total} walks"
 
 
+@pytest.mark.parametrize("bs,budget,vocab", SAMPLING_CONFIGS)
+def test_triton_plain_temperature_sampling_equals_the_torch_reference(
+    du: ModuleType, triton_sampling: None, bs, budget, vocab
+) -> None:
+    """Plain temperature (no filter tensors, the commonest request): the two-launch path, whose walk kernel
+    also draws the bonus token from the tiles' first-pass sums less the children's probabilities. Same
+    decisions as the torch reference on 20 draws of each request, up to float rounding at a coin's edge."""
+    same, total, drawn_at_root = 0, 0, 0
+    for seed in range(20):
+        tree, logits, params, coins, final = sampling_inputs(bs, budget, vocab, seed, False)
+        temperatures = params["temperatures"]
+        got = tree.verify_sampling_logits(logits, temperatures, coins=coins, final_coins=final)
+        size = tree.num_verify_tokens
+        probs = du.sampling_target_probs(logits, temperatures.repeat_interleave(size))
+        want = tree.verify_sampling(probs.view(bs, size, -1), coins=coins, final_coins=final)
+        agree = torch.ones(bs, dtype=torch.bool, device=DEVICE)
+        for g, w in zip(got, want, strict=True):
+            agree &= (g == w).reshape(bs, -1).all(dim=1)
+        same += int(agree.sum())
+        total += bs
+        drawn_at_root += int((want[0] == 0).sum())
+    assert same >= total - max(1, total // 100), f"{total - same} of {total} requests differ"
+    assert drawn_at_root >= 1, "no walk ended at the root: the residual of a row with children is untested"
+
+
 @pytest.mark.parametrize("switch", ["1", "0"], ids=["triton", "torch-reference"])
 def test_sampling_has_no_host_device_sync_and_replays_in_a_graph(
     du: ModuleType, monkeypatch: pytest.MonkeyPatch, switch: str

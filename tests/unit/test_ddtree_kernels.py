@@ -400,6 +400,54 @@ result["walk_mixed_positional"] = walk_case(4, 8, 4, 7, 300, mixed, False, 64, 2
 # The favourite raised by 12: the bulk of 9000 tokens still holds a third of the mass at temperature 1.
 result["walk_temperature_only_tiles"] = walk_case(3, 8, 4, 7, 9000, (None,) * 3, False, 64, 0, 4, boost=12.0)
 result["walk_mixed_tiles"] = walk_case(4, 8, 4, 7, 9000, mixed, False, 64, 0.0, 2, boost=12.0)
+# 3. The last accepted row's children list at budget 32 (N 33, three tiles of 4096, 4096 and 808): the root
+# has six children, two of them invalid (their tokens stay in the residual) and two holding one token (listed
+# once), in every tile; node 0 has fourteen (two invalid), node 6 twelve (one invalid). Coins reject the
+# root's children in half the draws (request 0: always). "crumb": the root row's first tile holds only child
+# 100 (every other logit -inf), so its mass from the first pass's sums less the child's probability is a
+# rounding crumb; the final coin 0 draws from it first, and the draw must move on to the next tile (4096).
+def children_case(params, draws, crumb=False, bs=4):
+    budget, depth, vocab = 32, 3, 9000
+    size = budget + 1
+    parents = torch.tensor([-1] * 6 + [0] * 14 + [6] * 12)
+    tokens = torch.randint(0, vocab, (budget,), generator=gen)
+    tokens[:6] = torch.tensor([100, 5000, 5001, 8500, 8501, 5001])
+    valid = torch.ones(budget, dtype=torch.bool)
+    valid[[1, 4, 10, 11, 25]] = False
+    parents, tokens, valid = (t.unsqueeze(0).expand(bs, budget).contiguous()
+                              for t in (parents, tokens, valid))
+    mask = du.tree_attention_mask(parents, depth)
+    path, verify_depth = du._tree_tables(mask, depth, None, None)
+    logits = torch.randn(bs * size, vocab, generator=gen) * 2
+    rows = logits.view(bs, size, vocab)
+    rows[:, 0, tokens[0, :6]] += 6.0  # the root's children (valid or not) hold much of its mass
+    rows[:, 1, tokens[0, 6:20]] += 5.0
+    rows[:, 7, tokens[0, 20:]] += 5.0
+    if crumb:
+        rows[:, 0, :4096] = float("-inf")
+        rows[:, 0, 100] = torch.linspace(3.0, 9.0, bs)
+    temps = torch.full((bs,), 0.8)
+    same, rejected = 0, 0
+    for _ in range(draws):
+        coins = torch.rand(bs, depth, generator=gen)
+        coins[:, 0] = torch.where(torch.rand(bs, generator=gen) < 0.5, 0.999, coins[:, 0])
+        coins[0, 0] = 0.999  # request 0 always ends at the root (its valid children hold far less)
+        final = torch.zeros(bs) if crumb else torch.rand(bs, generator=gen)
+        args = (tokens, parents, logits, temps, *params)
+        tables = dict(mask=mask, path=path, verify_depth=verify_depth)
+        want = du.verify_sampling_from_logits(*args, coins=coins, final_coins=final, valid=valid,
+                                              max_depth=depth, **tables)
+        got = dk.verify_sampling(*args, coins, final, mask, path, verify_depth, valid)
+        same += all(g.dtype == w.dtype and torch.equal(g, w) for g, w in zip(got, want))
+        rejected += int((want[0] == 0).sum())
+        if crumb:
+            result.setdefault("crumb_bonus", []).extend(got[2].tolist())
+    return {"same": same, "draws": draws, "root_rejected": rejected}
+
+filters = (torch.tensor([50, 1 << 30]), torch.tensor([0.95, 0.9]), None)
+result["children_temperature_only"] = children_case((None, None, None), 4)
+result["children_filtered"] = children_case(filters, 2, bs=2)  # the filters' kernels are slow interpreted
+result["children_crumb"] = children_case((None, None, None), 2, crumb=True)
 print("SAMPLING-CHECK " + json.dumps(result))
 """
 
@@ -408,7 +456,7 @@ print("SAMPLING-CHECK " + json.dumps(result))
 def sampling_results(kernel_package: Path, sglang_cpu_path: str) -> dict:  # noqa: F811
     """The sampling kernels in Triton's interpreter against ddtree_utils' torch reference (one process)."""
     return run_script(SAMPLING_CHECK, "SAMPLING-CHECK", kernel_package, sglang_cpu_path, interpret=True,
-                      timeout=900)  # fmt: skip
+                      timeout=1800)  # fmt: skip
 
 
 CUTS = ["all_filters", "all_filters_renorm", "ties", "ties_renorm", "ties_renorm_bisection", "ties_bisection",
@@ -470,6 +518,25 @@ def test_sampling_verify_kernels_equal_the_torch_walk(sampling_results: dict, ca
 def test_sampling_verify_cases_accept_many_draft_nodes(sampling_results: dict) -> None:
     accepted = [sampling_results[case]["accepted"] for case in WALKS]
     assert sum(accepted) >= 30, f"the cases barely exercise acceptance: {accepted}"
+
+
+@pytest.mark.parametrize("case", ["children_temperature_only", "children_filtered", "children_crumb"])
+def test_sampling_verify_lists_the_last_rows_children(sampling_results: dict, case: str) -> None:
+    """Budget 32, three tiles: the residual leaves out exactly the last accepted row's valid children (an
+    invalid child's token stays drawable, a token two children hold is zeroed once), with and without a
+    filter, the same results as the torch path; request 0's walk ends at the root in every draw."""
+    got = sampling_results[case]
+    assert got["same"] == got["draws"], got
+    assert got["root_rejected"] >= got["draws"], f"the draws rarely end at the root: {got}"
+
+
+def test_sampling_verify_draws_past_a_rounding_crumb(sampling_results: dict) -> None:
+    """Without a filter a tile's residual mass is its first-pass sum less its children's probabilities; in
+    "children_crumb" the first tile holds only a child, so what is left of it is a rounding crumb (0 or
+    not: 1/K less float32's rounding of 1/K), and the final coin 0 draws from it first when it is positive.
+    The draw must then take no token of that tile (its lane 0 has probability 0) but the next tile's first,
+    4096, as the torch path does (test above: the same bonus in every draw); here: that case is reached."""
+    assert 4096 in sampling_results["crumb_bonus"], sampling_results["crumb_bonus"]
 
 
 SEARCH_CHECK = r"""
@@ -849,6 +916,7 @@ for valid in (None, torch.ones(bs, budget, dtype=torch.bool)):  # a padded tree 
         dk.verify_sampling(tree.tokens, tree.parents, logits, temperatures, filters["top_ks"],
                            filters["top_ps"], filters["min_ps"], coins, final, tree.mask, tree.path,
                            tree.verify_depth, valid, top_p_after_top_k=renorm)
+dk.filter_rows(logits, temperatures, None, None, None, size)  # its own plain cut (the walk does verify's)
 knobs.runtime.jit_cache_hook = None  # from here on: compile for each arch given
 
 result = {"variants": {}, "failed": {}}
@@ -929,8 +997,9 @@ def test_kernels_compile_to_cubin_for_every_target_arch(compiled: dict, name: st
 def test_compile_covers_every_sampling_variant(compiled: dict) -> None:
     """The runtime's specialisation, not a hand-written one: each filter combination of the warm-up
     (du.sampling_variants: 8 on/off combinations + top-p after top-k) is its own _sample_cut_kernel, the
-    plain-temperature one included (the variant that crashed TritonGPUCoalesce on the H200), with
-    divisibility attributes and the launch's num_warps."""
+    plain-temperature one included (the variant that crashed TritonGPUCoalesce on the H200; verify_sampling
+    now does that cut in its walk kernel, filter_rows still launches it), with divisibility attributes and
+    the launch's num_warps."""
     cut = compiled["variants"]["_sample_cut_kernel"]
     assert len(cut) == 9, cut
     plain = [v for v in cut if "HAS_TOP_K=False,HAS_TOP_P=False,HAS_MIN_P=False,RENORM=False" in v]
@@ -939,5 +1008,7 @@ def test_compile_covers_every_sampling_variant(compiled: dict) -> None:
     assert len(compiled["variants"]["_sample_mass_kernel"]) == 1  # launched only with a filter on
     assert len(compiled["variants"]["_sample_max_kernel"]) == 2  # bin counts (filters on) or not
     assert len(compiled["variants"]["_sample_band_kernel"]) == 8  # each variant with a filter on
-    assert len(compiled["variants"]["_residual_mass_kernel"]) == 4  # FILTERED x `valid`
-    assert len(compiled["variants"]["_sample_walk_kernel"]) == 2  # with and without `valid`
+    assert len(compiled["variants"]["_residual_mass_kernel"]) == 1  # launched only with a filter on
+    assert len(compiled["variants"]["_residual_draw_kernel"]) == 1  # the same
+    assert len(compiled["variants"]["_sample_walk_kernel"]) == 4  # `valid` x DRAW (plain temperature: cut
+    # and bonus draw in the walk, two launches in all)
