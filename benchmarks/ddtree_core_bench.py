@@ -23,10 +23,10 @@ Then the peak extra GPU memory of one sampled verify (top-p 0.95, flashinfer's t
 --memory-budget, on both paths (torch.cuda.max_memory_allocated over what was allocated before the call).
 Last, per kernel (torch's profiler, eager, --profile-bs at --profile-budget): where each s_* step's GPU
 time goes, the kernels sorted by time with their launches per step.
-g_topk times the served default tile kernel; SGLANG_DDTREE_TOPK_PREFILTER=1 times the opt-in group prefilter.
+g_topk times the served default (the group prefilter; SGLANG_DDTREE_TOPK_PREFILTER=0: the plain tile kernel).
 The top-k lines after the table time both at bs 1 and the largest bs, and topk_logsumexp per tile size.
 The s_* columns time the Triton sampling kernels: the bench sets SGLANG_DDTREE_TRITON_SAMPLING=1 (the served
-path's opt-in) unless the environment already sets it (=0: the s_* columns time the torch reference).
+default) unless the environment already sets it (=0: the s_* columns time the torch reference).
 The verify logits imitate a language model's: a N(0, 2) bulk and 64 tokens per row raised by up to 12, plus
 the drafted tokens raised so that the walk accepts. The module is read from the patch series (patches/),
 i.e. exactly what the image gets.
@@ -328,8 +328,8 @@ def main() -> int:
     du = import_new_module("sglang/srt/speculative/ddtree_utils.py", "series_ddtree_utils")
     triton_sampling = os.environ["SGLANG_DDTREE_TRITON_SAMPLING"] == "1"
     print(f"sampling path: {'Triton' if triton_sampling else 'torch reference'}")
-    prefilter = os.environ.get("SGLANG_DDTREE_TOPK_PREFILTER") == "1"
-    print(f"vocabulary top-k: {'group prefilter' if prefilter else 'tile kernel (default)'}")
+    prefilter = os.environ.get("SGLANG_DDTREE_TOPK_PREFILTER", "1") != "0"
+    print(f"vocabulary top-k: {'group prefilter (default)' if prefilter else 'plain tile kernel'}")
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
     print(f"top-k {args.topk}, depth {args.depth}, vocab {args.vocab}; microseconds per step")
     names = ("eager", "graph", "g_topk", "topk%bw", "g_tree", "s_temp", "s_topp", "s_kpm", "s%bw", "search%",

@@ -3,8 +3,8 @@
 Run by tests/gpu/device_ddtree.sh steps (not collected by pytest: no test_ prefix), after the series
 is applied to the device's SGLang. It writes smoke.py's tiny target + drafter, starts ONE DDTREE server
 (the smoke test's flags, the pro6000 profile's DDTree settings, CUDA graphs on) with
-SGLANG_DDTREE_SYNC_DEBUG=1 (and SGLANG_DDTREE_TRITON_SAMPLING=1, the sampling kernels' opt-in, unless the
-environment sets it), then sends, one at a time, two requests of each kind: greedy; temperature 1
+SGLANG_DDTREE_SYNC_DEBUG=1 (and SGLANG_DDTREE_TRITON_SAMPLING=1, the sampling kernels' served default,
+unless the environment sets it), then sends, one at a time, two requests of each kind: greedy; temperature 1
 with top-p 0.95; temperature 0.8 with top-k 40, top-p 0.9 and min-p 0.05. It prints each request's latency
 (first vs second of its kind: the kernels were compiled when the worker started, so the two should agree
 within noise) and every distinct host-device synchronisation that torch's sync debug mode reported inside

@@ -29,7 +29,7 @@
 #                   kernel, the served default since 2026-12-01)
 #   stress-mla      the stress (retraction, aborts, stops, request options, strict leak check) on the MLA target
 #   stress-mla-graphs  the MLA stress with the fast step on
-#   smoke-sampling  the pro6000 smoke with the Triton sampling verify on (SGLANG_DDTREE_TRITON_SAMPLING=1): its chi-square
+#   smoke-sampling  the pro6000 smoke with the Triton sampling verify on explicitly (the default since 2026-12-02): its chi-square
 #                   tests at temperature 1 with top-p/top-k/min-p served through the kernels (issue 27)
 #   core-tests      tests/gpu/test_ddtree_core_gpu.py: the kernels vs torch, the Triton sampling kernels vs the reference,
 #                   every warm-up variant compiles, no sync, graph replay, flashinfer's own counts (issue 27)

@@ -1,8 +1,8 @@
 """DDTree core on CUDA: the CPU checks again, CPU/CUDA agreement, no host-device sync, CUDA-graph replay.
 
 The module comes from the patch text (tests/sglang_sources.py), as in the unit tier. The Triton sampling
-kernels serve only with SGLANG_DDTREE_TRITON_SAMPLING=1 (fixture `triton_sampling`); without it the torch
-reference runs, and it too must be sync-free and graph-capturable (it is the served default).
+kernels serve by default (fixture `triton_sampling` sets it explicitly); with SGLANG_DDTREE_TRITON_SAMPLING=0
+the torch reference runs, and it too must be sync-free and graph-capturable (it is the fallback).
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def test_triton_kernels_are_used_on_cuda(du: ModuleType) -> None:
 def test_triton_topk_equals_torch_paths(
     du: ModuleType, monkeypatch: pytest.MonkeyPatch, dtype, vocab: int, prefilter: str
 ) -> None:
-    """Both tile kernels: the default and the opt-in group prefilter (SGLANG_DDTREE_TOPK_PREFILTER=1)."""
+    """Both tile kernels: the plain one (SGLANG_DDTREE_TOPK_PREFILTER=0) and the default group prefilter."""
     monkeypatch.setenv("SGLANG_DDTREE_TOPK_PREFILTER", prefilter)
     gen = torch.Generator(device=DEVICE).manual_seed(vocab)
     lp = (3 * torch.randn(4, 7, vocab, device=DEVICE, generator=gen)).log_softmax(-1).to(dtype)
@@ -197,7 +197,7 @@ TRITON_SAMPLING_ENV = "SGLANG_DDTREE_TRITON_SAMPLING"
 
 @pytest.fixture
 def triton_sampling(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Sampling verification on the Triton kernels (opt-in in the served path)."""
+    """Sampling verification on the Triton kernels (the served default), whatever the shell says."""
     monkeypatch.setenv(TRITON_SAMPLING_ENV, "1")
 
 
@@ -298,12 +298,15 @@ def test_warm_up_compiles_every_sampling_variant(du: ModuleType, triton_sampling
     assert len([w for w in warmed if w.startswith("verify_sampling")]) == 9
 
 
-def test_warm_up_leaves_the_sampling_kernels_alone_unless_switched_on(
+def test_warm_up_leaves_the_sampling_kernels_alone_when_switched_off(
     du: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv(TRITON_SAMPLING_ENV, raising=False)
+    monkeypatch.setenv(TRITON_SAMPLING_ENV, "0")
     warmed = du.warm_up_kernels(8, 4, 7, 20480, DEVICE)
     assert warmed == ["topk_logsumexp", "build_tree", "verify_greedy"]
+    monkeypatch.delenv(TRITON_SAMPLING_ENV)  # the default: the sampling variants too
+    warmed = du.warm_up_kernels(8, 4, 7, 20480, DEVICE)
+    assert len([w for w in warmed if w.startswith("verify_sampling")]) == 9
 
 
 def test_a_sampling_kernel_failing_at_warm_up_switches_the_triton_sampling_path_off(

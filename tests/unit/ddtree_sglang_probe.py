@@ -696,6 +696,9 @@ def _warm_up_facts() -> dict:
     saved_env = os.environ.pop("SGLANG_DDTREE_TRITON_SAMPLING", None)
     try:
         default_on = ddtree_utils._sampling_kernels() is not None
+        os.environ["SGLANG_DDTREE_TRITON_SAMPLING"] = "0"
+        switched_off = ddtree_utils._sampling_kernels() is not None
+        del os.environ["SGLANG_DDTREE_TRITON_SAMPLING"]
     finally:
         if saved_env is not None:
             os.environ["SGLANG_DDTREE_TRITON_SAMPLING"] = saved_env
@@ -703,6 +706,7 @@ def _warm_up_facts() -> dict:
         "warmed": warmed,
         "warnings": [message for level, message in records if level == logging.WARNING],
         "sampling_kernels_by_default": default_on,
+        "sampling_kernels_switched_off": switched_off,
         "greedy_kernels_importable": ddtree_utils._kernels() is not None,
     }
 

@@ -46,7 +46,7 @@ minus_inf = torch.full((2, 5000), float("-inf"))
 minus_inf[0, 4999] = 0.0
 cases["minus_inf"] = (minus_inf, 4)
 result = {}
-for variant, switch in (("", "0"), (":prefilter", "1")):  # the default tile kernel, and the opt-in prefilter
+for variant, switch in (("", "0"), (":prefilter", "1")):  # the plain tile kernel, and the default prefilter
     os.environ["SGLANG_DDTREE_TOPK_PREFILTER"] = switch
     for name, (x, k) in cases.items():
         values, index, lse = dk.topk_logsumexp(x, k)
@@ -163,7 +163,7 @@ CASES = ["kimi_vocab_k4", "short_last_tile", "one_tile", "k16_tp8_shard", "k_equ
 @pytest.mark.parametrize("variant", ["", ":prefilter"], ids=["tile", "prefilter"])
 @pytest.mark.parametrize("case", CASES)
 def test_topk_and_logsumexp_equal_the_sort_reference(kernel_results: dict, case: str, variant: str) -> None:
-    """Both tile kernels: the default (validated on an H200) and the opt-in group prefilter."""
+    """Both tile kernels: the plain one (SGLANG_DDTREE_TOPK_PREFILTER=0) and the default group prefilter."""
     got = kernel_results[case + variant]
     assert got == {"values": True, "index": True, "index_dtype": "torch.int64", "lse": True}
 
@@ -898,7 +898,7 @@ knobs.runtime.jit_cache_hook = record
 bs, budget, topk, depth, vocab = 2, 8, 4, 7, 163840
 gen = torch.Generator().manual_seed(0)
 size = budget + 1
-for switch in ("0", "1"):  # the tile kernel, and the opt-in prefilter
+for switch in ("0", "1"):  # the plain tile kernel, and the default prefilter (tiles of 4096 and 8192)
     os.environ["SGLANG_DDTREE_TOPK_PREFILTER"] = switch
     dk.topk_logsumexp(torch.randn(bs, vocab, generator=gen), du._effective_k(topk, vocab, budget))
 lp = torch.randn(bs, depth, vocab, generator=gen).log_softmax(-1)

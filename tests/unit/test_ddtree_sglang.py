@@ -445,12 +445,13 @@ def test_a_kernel_failing_at_warm_up_is_a_warning_not_a_failed_start(facts: dict
     assert len(got["warnings"]) == 1 and "PassManager::run failed (stub)" in got["warnings"][0], got
 
 
-def test_triton_sampling_kernels_are_opt_in(facts: dict) -> None:
-    """Without SGLANG_DDTREE_TRITON_SAMPLING=1 the served sampling verify takes the torch reference, although
-    the Triton kernels import (and the greedy ones serve)."""
+def test_triton_sampling_kernels_serve_unless_switched_off(facts: dict) -> None:
+    """The served sampling verify takes the Triton kernels by default (they import here, as the greedy ones
+    do); SGLANG_DDTREE_TRITON_SAMPLING=0 sends it to the torch reference."""
     got = facts["warm_up"]
     assert got["greedy_kernels_importable"], got
-    assert got["sampling_kernels_by_default"] is False, got
+    assert got["sampling_kernels_by_default"] is True, got
+    assert got["sampling_kernels_switched_off"] is False, got
 
 
 @pytest.mark.parametrize("backend", ["pytorch", "flashinfer"])
