@@ -337,7 +337,10 @@ def test_radix_search_cut_equals_the_reference(du: ModuleType, inputs: str, keep
     radix search on the Kimi vocabulary in every filter combination, equals sampling_cut's sort: the same
     cut key and index (so the same kept tokens, ties included; a row no filter cuts, top-k 1 << 30 alone or
     min-p 0 alone, is (_KEEP_ALL_KEY, vocab) in both) on bf16-rounded logits and on a tail of 160k equal
-    tokens; the kept mass to float32 rounding. A failure names the rows that differ and their requests'
+    tokens; the kept mass to float32 rounding. One exception, under the pytorch rule only: a top-p cut inside
+    a run of ties may keep a different number of them where the mass crosses top_p within float32 rounding
+    (top_p_crossing_within_rounding; the H200 showed one such row on 2026-12-02, 14556 vs 18506 in a tie
+    run), at most two rows per filter combination. A failure names the rows that differ and their requests'
     filters."""
     kernels = du._kernels()
     assert kernels is not None
@@ -365,13 +368,64 @@ def test_radix_search_cut_equals_the_reference(du: ModuleType, inputs: str, keep
         }
         want = du.sampling_cut(logits, temps.repeat_interleave(size), rows["top_ks"], rows["top_ps"],
                                rows["min_ps"], top_p_after_top_k=renorm, keep_ties=keep_ties)  # fmt: skip
+        rounding = set()
+        if not keep_ties and chosen["top_ps"] is not None:
+            cut_differs = (got["cut_key"] != want["cut_key"]) | (got["cut_idx"] != want["cut_idx"])
+            for row in cut_differs.nonzero().flatten().tolist():
+                k = None if chosen["top_ks"] is None else int(rows["top_ks"][row])
+                if top_p_crossing_within_rounding(du, logits[row], float(rows["top_ps"][row]), k, renorm,
+                                                  float(temps[row // size]), got, want, row):  # fmt: skip
+                    rounding.add(row)
+        exact = torch.ones(bs * size, dtype=torch.bool, device=DEVICE)
+        exact[sorted(rounding)] = False
         for key in ("cut_key", "cut_idx", "row_max"):
-            differ = (got[key] != want[key]).nonzero().flatten().tolist()
+            differ = ((got[key] != want[key]) & exact).nonzero().flatten().tolist()
             filters = [{f: on[f][row // size].item() for f in on if chosen[f] is not None} for row in differ]
             assert not differ, (name, key, differ, got[key][differ], want[key][differ], filters)
-        assert torch.allclose(got["kept_mass"], want["kept_mass"], rtol=1e-5), name
+        assert torch.allclose(got["kept_mass"][exact], want["kept_mass"][exact], rtol=1e-5), name
+        assert len(rounding) <= 2, f"{name}: rows {sorted(rounding)} cut within rounding of top-p: too many"
         searched += int(got["searched"].sum())
     assert searched >= 8 * bs * size // 2, searched
+
+
+TOP_P_ROUNDING = 1e-5  # relative to the row's mass: float32 sums over the 163840-token vocabulary
+
+
+def top_p_crossing_within_rounding(
+    du: ModuleType,
+    row_logits: torch.Tensor,
+    top_p: float,
+    top_k: int | None,
+    renorm: bool,
+    temp: float,
+    got: dict,
+    want: dict,
+    row: int,
+) -> bool:
+    """Under the pytorch backend's rule a top-p cut may fall inside a run of tied tokens: the first K of the
+    order are kept, K = #{i : c_i <= top_p * Z_ref}, and one tied token moves c by a whole (tail) weight. The
+    kernel sums the mass in float32, the reference in float64 (SGLang's own pytorch sampler: a float32 cumsum
+    over an unstable sort), so the two may keep a different number of tokens where c crosses top_p * Z_ref
+    within rounding. True when every token one keeps and the other drops has its c within TOP_P_ROUNDING of
+    that limit (a real error moves the cut by far more) and the row's max agrees."""
+    if got["row_max"][row] != want["row_max"][row]:
+        return False
+    z = row_logits.float() / temp
+    key = du._float_key(z)
+    _, order = torch.sort(key, descending=True, stable=True)
+    w = torch.exp(z[order] - z.max()).double()
+    inclusive = w.cumsum(0)
+    exclusive = inclusive - w
+
+    def kept(cut) -> int:
+        return int(((key > cut["cut_key"][row]) | ((key == cut["cut_key"][row]) & (
+            torch.arange(key.numel(), device=key.device) <= cut["cut_idx"][row]))).sum())  # fmt: skip
+
+    lo, hi = sorted((kept(got), kept(want)))
+    z_ref = inclusive[-1] if not (renorm and top_k) else inclusive[min(top_k, key.numel()) - 1]
+    limit = top_p * z_ref
+    inside = exclusive[lo:hi]
+    return lo < hi and bool(((inside - limit).abs() <= TOP_P_ROUNDING * z_ref).all())
 
 
 @pytest.mark.parametrize("switch", ["1", "0"], ids=["triton", "torch"])

@@ -416,8 +416,31 @@ def decode_case(seed: int) -> dict:
     return out
 
 
+def no_tokenizer_case() -> dict:
+    """min_new_tokens on a server started with --skip-tokenizer-init (req.tokenizer None, the model's EOS ids
+    in req.eos_token_ids): the ids held back before and after min_new_tokens outputs, per request. Unpatched,
+    building the batch raises AttributeError (the scheduler's crash on the H200, 2026-12-02)."""
+    reqs = []
+    for settings in ({"min_new_tokens": 3, "stop_token_ids": [STOP]}, {"min_new_tokens": 2}, {}):
+        req = _request(**settings)
+        req.tokenizer = None
+        req.eos_token_ids = {EOS, 9}
+        reqs.append(req)
+    batch = _batch(reqs)
+
+    def held_back() -> list[list[int]]:
+        out = torch.zeros(len(reqs), VOCAB)
+        batch.sampling_info.copy_for_forward().apply_logits_bias(out)
+        return [torch.isinf(row).nonzero().flatten().tolist() for row in out]
+
+    before = held_back()
+    _feed(batch, [[11, 11, 11]] * 3)
+    return {"before": before, "after_3": held_back()}
+
+
 def main() -> dict:
     facts: dict = {}
+    facts["no_tokenizer"] = no_tokenizer_case()
     facts["tree_n9"] = tree_case(seed=1, size=9, history_len=4, chain=False)
     facts["tree_n17"] = tree_case(seed=2, size=17, history_len=2, chain=False)
     facts["tree_fresh"] = tree_case(seed=3, size=9, history_len=0, chain=False)

@@ -53,6 +53,16 @@ def test_cases_need_per_row_adjustment(facts: dict, case: str) -> None:
     assert got["changed_rows"] > got["rows"] // 2, got
 
 
+def test_min_new_tokens_without_a_tokenizer_holds_back_the_models_eos_and_the_stop_ids(facts: dict) -> None:
+    """Patch min-new-tokens-without-tokenizer: on a --skip-tokenizer-init server the penalizer read
+    req.tokenizer (None) and the scheduler died on the first request with min_new_tokens; now it holds back
+    the request's stop ids and the model's EOS ids (req.eos_token_ids), and nothing once min_new_tokens are
+    out."""
+    got = facts["no_tokenizer"]
+    assert got["before"] == [sorted({3, 5, 9}), [3, 9], []], got
+    assert got["after_3"] == [[], [], []], got
+
+
 def test_advancing_by_committed_rows_equals_plain_decodings_feeding(facts: dict) -> None:
     got = facts["advance"]
     assert got["same_inf"] and got["max_abs_diff"] == 0.0 and got["argmax_equal"], got

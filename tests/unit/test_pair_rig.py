@@ -305,7 +305,9 @@ def test_long_presets_keep_the_h200_step_size_and_cover_the_served_contexts() ->
     assert long.target.rope_theta > h200.target.rope_theta
     assert long.prompt_len < long.drafter.window < long.seq_len, "anchors before and past the window"
     assert long.drafter.window == 2048 and long.drafter_data == "text"
-    assert long.target_deadline_s + long.drafter_deadline_s < 540, "guards inside a 10-minute call"
+    # guards, not budgets: the step counts decide the pair even on a GPU shared with serving lanes
+    # (2026-12-02: target 256 s for its 900 steps, drafter 130 s for 301 of its 1200, about 520 s for all)
+    assert long.target_deadline_s >= 2 * 256 and long.drafter_deadline_s >= 520 * 1.5
     # the h200 pair's path: the new fields at the values that leave it as committed
     assert h200.eval_lengths == () and h200.drafter_data == "continuations"
 
