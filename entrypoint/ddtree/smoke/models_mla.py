@@ -42,7 +42,6 @@ ROPE_SCALING = {  # Kimi K2.6's YaRN settings
 }
 
 
-
 def mla_config() -> dict[str, Any]:
     """config.json of the tiny DeepseekV3ForCausalLM target."""
     return {
