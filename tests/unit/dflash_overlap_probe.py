@@ -1,0 +1,663 @@
+"""Run inside the CPU SGLang environment (tests/unit/test_dflash_overlap.py): the switch and the spec-v2
+inputs of DFLASH/DDTREE (patches dflash-overlap-switch, dflash-overlap-inputs) in the real patched sglang
+0.5.13.post1. Prints one line `DFLASH-OVERLAP-PROBE {json}`. SGLANG_DFLASH_OVERLAP is read once per process,
+so the test runs this probe once with the switch off and once on.
+
+usage: python dflash_overlap_probe.py TARGET_DIR DRAFTER_DIR
+
+Stand-ins, where the real part needs a GPU or a model:
+- get_draft_kv_pool and the worker's start get stand-in workers (a DFlashWorker loads a drafter on a GPU);
+- the host simulation drives the real ServerArgs, Req, ScheduleBatch (prepare_for_extend, prepare_for_decode,
+  filter_batch, merge_batch, copy), ReqToTokenPool, TokenToKVPoolAllocator, ChunkCache, Scheduler.run_batch's
+  overlap branch (FutureMap relay, _forward_isolation) and SchedulerBatchResultProcessor (spec-v2 token
+  resolution, finish checks, KV release), lagging one step like event_loop_overlap. Stand-ins there: the
+  scheduler object carries only the attributes run_batch reads, its batch selection mirrors
+  get_next_batch_to_run's order (merge the last prefill, filter finished, prefill first) without admission
+  control or retraction; metrics and output streaming are no-ops; the model is a script (each request's
+  target output is a fixed token stream, acceptance lengths come from a seeded RNG); the Triton
+  req_to_token writes are SGLang's own torch fallback (support_triton False) and a torch loop for
+  assign_req_to_token_pool (Triton kernels need a GPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+import random
+import sys
+import traceback
+import types
+from array import array
+
+OVERLAP_ENV = "SGLANG_DFLASH_OVERLAP"
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def _args_case(argv: list[str]) -> dict:
+    """ServerArgs for argv: the overlap decision, the warnings about overlap, or the error."""
+    from sglang.srt.server_args import prepare_server_args
+
+    records = _Records()
+    root = logging.getLogger("sglang")  # prepare_server_args reconfigures the root logger's handlers
+    root.addHandler(records)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            a = prepare_server_args(argv)
+    except SystemExit as e:
+        return {"error": "SystemExit", "code": e.code}
+    except Exception as e:  # the message is what the test checks
+        return {"error": type(e).__name__, "message": str(e)}
+    finally:
+        root.removeHandler(records)
+    return {
+        "overlap_disabled": a.disable_overlap_schedule,
+        "page_size": a.page_size,
+        "num_draft_tokens": a.speculative_num_draft_tokens,
+        "overlap_warnings": [m for m in records.messages if "Overlap scheduler" in m or OVERLAP_ENV in m],
+    }
+
+
+def _algo_facts(argv: list[str]) -> dict:
+    """With these arguments as the process's global ones: spec v2 or not, the worker class (or the refusal),
+    the draft KV pool picked for a DFlash-shaped worker, the FutureMap type, and the worker's start."""
+    import torch
+    from sglang.srt.mem_cache import kv_cache_builder
+    from sglang.srt.server_args import prepare_server_args, set_global_server_args_for_scheduler
+    from sglang.srt.speculative.dflash_worker import DFlashWorker
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    args = prepare_server_args(argv)
+    set_global_server_args_for_scheduler(args)
+    algo = SpeculativeAlgorithm.from_string(args.speculative_algorithm)
+    from sglang.srt.mem_cache.common import get_req_to_token_extra_context_len
+
+    out: dict = {
+        "spec_v2": algo.supports_spec_v2(),
+        "overlap_disabled": args.disable_overlap_schedule,
+        "row_headroom": get_req_to_token_extra_context_len(args),
+        "verify_tokens": int(args.speculative_num_draft_tokens),
+    }
+    try:
+        out["worker"] = algo.create_worker(args).__name__
+    except ValueError as e:
+        out["worker_error"] = str(e)
+    # DFlashWorker's shape: the drafter's runner is `.model_runner` (EAGLE v2 nests
+    # `.draft_worker.draft_runner`).
+    dflash_shaped = types.SimpleNamespace(
+        model_runner=types.SimpleNamespace(token_to_kv_pool="dflash-draft-pool"),
+        model_config="drafter-config",
+    )
+    try:
+        pool, config = kv_cache_builder.get_draft_kv_pool(
+            draft_worker=dflash_shaped, spec_algorithm=algo, server_args=args
+        )
+        out["draft_kv_pool"] = [pool, config]
+    except AttributeError as e:
+        out["draft_kv_pool_error"] = str(e)
+    req_to_token_pool = types.SimpleNamespace(req_to_token=torch.zeros((4, 8), dtype=torch.int32))
+    out["future_map"] = type(algo.create_future_map(torch.device("cpu"), req_to_token_pool, True)).__name__
+    try:  # a DFlashWorker start with no target worker: the switch's refusal comes first, if any
+        DFlashWorker(args, 0, 0, None, 0, 0, 0, 0, target_worker=None)
+        out["worker_start"] = "started"
+    except RuntimeError as e:
+        out["worker_start"] = f"RuntimeError: {e}"
+    except AttributeError:
+        out["worker_start"] = "past the switch"  # it went on to read the (absent) target worker
+    return out
+
+
+def _refusal_reasons() -> dict:
+    """overlap_refusal for each setting the switch cannot serve (some are refused earlier by the DFLASH rules
+    in a real parse, so they are asked directly)."""
+    from sglang.srt.speculative.dflash_overlap import overlap_refusal
+
+    base = dict(
+        page_size=1, enable_dp_attention=False, pp_size=1, disaggregation_mode="null", enable_pdmux=False
+    )
+    cases = {
+        "ok": {},
+        "page64": {"page_size": 64},
+        "dp_attention": {"enable_dp_attention": True},
+        "pp2": {"pp_size": 2},
+        "disagg": {"disaggregation_mode": "decode"},
+        "pdmux": {"enable_pdmux": True},
+    }
+    return {
+        name: overlap_refusal(types.SimpleNamespace(**{**base, **extra})) for name, extra in cases.items()
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Host simulation of the overlap loop (switch on)
+
+
+def _assign_reference(req_pool_indices, req_to_token, start, end, out_cache_loc, bs) -> None:
+    """Torch stand-in for SGLang's Triton assign_req_to_token_pool kernel (Triton needs a GPU)."""
+    offset = 0
+    for i in range(bs):
+        s, e = int(start[i]), int(end[i])
+        req_to_token[int(req_pool_indices[i]), s:e] = out_cache_loc[offset : offset + e - s].to(
+            req_to_token.dtype
+        )
+        offset += e - s
+
+
+class _NoOp:
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+
+class _Metrics(_NoOp):
+    """The counters the result processor adds to; every report is a no-op."""
+
+    num_generated_tokens = 0
+    forward_ct_decode = 0
+
+
+class _ScriptedWorker:
+    """The model as a script: request `rid` outputs `streams[rid]` (plain greedy decoding's tokens); a verify
+    step accepts a seeded-random number of drafts. Checks, at each forward (the GPU's view), that the slots it
+    writes are reserved, owned by nobody else and not free, and that the FutureMap relayed the right bonus
+    token and length."""
+
+    def __init__(self, streams: dict, prompt_lens: dict, n: int, seed: int, allocator, errors: list):
+        self.streams, self.prompt_lens, self.n = streams, prompt_lens, n
+        self.rng = random.Random(seed)
+        self.allocator = allocator
+        self.errors = errors
+        self.steps = 0
+        self.slot_owner: dict[int, tuple] = {}  # slot -> (rid, position) of the KV written there last
+        self.penalizer_seen: list[tuple[list[str], bool]] = []  # per forward: its requests, penalties seen
+        self.commit_scripts: dict[
+            str, list[int]
+        ] = {}  # rid -> tokens committed per verify (the last repeats)
+
+    def on_verify_complete_cpu(self, num_correct_drafts_per_req, batch_size: int = 0) -> None:
+        pass
+
+    def _free_slots(self) -> set:
+        import torch
+
+        free = [self.allocator.free_pages]
+        if getattr(self.allocator, "release_pages", None) is not None:
+            free.append(self.allocator.release_pages)
+        return set(torch.cat(free).tolist())
+
+    def _check_rows(self, batch, seq_lens: list[int]) -> None:
+        rows = batch.req_to_token_pool.req_to_token
+        free = self._free_slots()
+        width = rows.shape[1]
+        held: dict[int, str] = {}
+        for i, req in enumerate(batch.reqs):
+            row = int(batch.req_pool_indices[i])
+            end = seq_lens[i] + (self.n if batch.forward_mode.is_decode() else 0)
+            if end > width:
+                self.errors.append(f"{req.rid}: write window ends at {end} past the row width {width}")
+                continue
+            if end > req.kv_allocated_len:
+                self.errors.append(
+                    f"{req.rid}: write window ends at {end} past its reservation {req.kv_allocated_len}"
+                )
+            slots = rows[row, :end].tolist()
+            if len(set(slots)) != len(slots):
+                self.errors.append(f"{req.rid}: a slot appears twice in its row {slots}")
+            for s in slots:
+                if s in free:
+                    self.errors.append(f"{req.rid}: slot {s} is used but free in the allocator")
+                if s in held and held[s] != req.rid:
+                    self.errors.append(f"slot {s} used by {held[s]} and {req.rid}")
+                held[s] = req.rid
+
+    def forward_batch_generation(self, batch, on_publish=None):
+        import torch
+        from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+        from sglang.srt.managers.utils import GenerationBatchResult
+        from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
+
+        orchestrator = batch.sampling_info.penalizer_orchestrator
+        self.penalizer_seen.append(
+            (sorted(r.rid for r in batch.reqs), orchestrator is not None and orchestrator.is_required)
+        )
+        seq_lens = batch.seq_lens.tolist()
+        self._check_rows(batch, seq_lens)
+        rows = batch.req_to_token_pool.req_to_token
+        if batch.forward_mode.is_extend():
+            tokens = []
+            for i, req in enumerate(batch.reqs):
+                row = int(batch.req_pool_indices[i])
+                for pos in range(seq_lens[i]):
+                    self.slot_owner[int(rows[row, pos])] = (req.rid, pos)
+                tokens.append(self.streams[req.rid][0])
+            on_publish(batch.seq_lens)
+            next_ids = torch.tensor(tokens, dtype=torch.int64)
+            return GenerationBatchResult(
+                logits_output=LogitsProcessorOutput(next_token_logits=None),
+                next_token_ids=next_ids,
+                next_draft_input=DFlashDraftInputV2(bonus_tokens=next_ids),
+                can_run_cuda_graph=False,
+            )
+        self.steps += 1
+        bonus = batch.spec_info.bonus_tokens.tolist()
+        out = torch.zeros((len(batch.reqs), self.n), dtype=torch.int64)
+        commits = []
+        for i, req in enumerate(batch.reqs):
+            row = int(batch.req_pool_indices[i])
+            stream = self.streams[req.rid]
+            # seq_len counts the KV written: the prompt and every emitted token but the last (the bonus, this
+            # verify's root), so the bonus is stream[done] and this step emits what follows it.
+            done = seq_lens[i] - self.prompt_lens[req.rid]
+            expected = stream[done] if done < len(stream) else 0  # 0: past its stream (see below)
+            if bonus[i] != expected:
+                self.errors.append(f"{req.rid}: bonus {bonus[i]} from the FutureMap, expected {expected}")
+            # The verify writes the root's and every draft's KV; the root and the accepted drafts stay.
+            for d in range(min(self.n, rows.shape[1] - seq_lens[i])):  # past the row: reported by _check_rows
+                self.slot_owner[int(rows[row, seq_lens[i] + d])] = (req.rid, seq_lens[i] + d)
+            script = self.commit_scripts.get(req.rid)
+            if script:
+                commit = min(script.pop(0) if len(script) > 1 else script[0], self.n)
+            else:
+                commit = 1 + self.rng.randrange(self.n)
+            following = stream[done + 1 : done + 1 + commit]
+            following += [0] * (commit - len(following))  # past its stream: a finished request's wasted step
+            out[i, :commit] = torch.tensor(following)
+            commits.append(commit)
+        commit_lens = torch.tensor(commits, dtype=torch.int32)
+        new_seq_lens = batch.seq_lens + commit_lens.to(batch.seq_lens.dtype)
+        on_publish(new_seq_lens)
+        return GenerationBatchResult(
+            logits_output=LogitsProcessorOutput(next_token_logits=None),
+            next_token_ids=out.view(-1),
+            accept_lens=commit_lens,
+            new_seq_lens=new_seq_lens,
+            next_draft_input=DFlashDraftInputV2(
+                bonus_tokens=out[torch.arange(len(commits)), commit_lens.long() - 1]
+            ),
+            can_run_cuda_graph=False,
+            speculative_num_draft_tokens=self.n,
+        )
+
+
+def _simulation(args, scenario: dict) -> dict:
+    """Requests arrive, decode and finish under the overlap loop; returns what the test asserts."""
+    import torch
+    from sglang.srt.managers import scheduler as scheduler_module
+    from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+    from sglang.srt.managers.scheduler_components.batch_result_processor import SchedulerBatchResultProcessor
+    from sglang.srt.mem_cache import common as mem_common
+    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+    from sglang.srt.mem_cache.chunk_cache import ChunkCache
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+    from sglang.srt.sampling.sampling_params import SamplingParams
+    from sglang.srt.server_args import set_global_server_args_for_scheduler
+    from sglang.srt.speculative import dflash_info_v2
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    set_global_server_args_for_scheduler(args)
+    mem_common.support_triton = lambda backend: False  # SGLang's own torch path for req_to_token writes
+    dflash_info_v2.assign_req_to_token_pool_func = _assign_reference
+    algo = SpeculativeAlgorithm.from_string(args.speculative_algorithm)
+    n = int(args.speculative_num_draft_tokens)
+    context = scenario["context"]
+    req_pool = ReqToTokenPool(
+        size=16,
+        max_context_len=context + mem_common.get_req_to_token_extra_context_len(args),
+        device="cpu",
+        enable_memory_saver=False,
+    )
+    pool_size = scenario["kv_slots"]
+    allocator = TokenToKVPoolAllocator(pool_size, torch.bfloat16, "cpu", None, False)
+    cache = ChunkCache(
+        CacheInitParams(
+            disable=True, req_to_token_pool=req_pool, token_to_kv_pool_allocator=allocator, page_size=1
+        )
+    )
+    start_available = allocator.available_size()
+    start_req_slots = req_pool.available_size()
+    model_config = types.SimpleNamespace(
+        vocab_size=512, is_encoder_decoder=False, context_len=context, think_end_id=None
+    )
+    errors: list[str] = []
+    streams = {r["rid"]: r["stream"] for r in scenario["requests"]}
+    prompt_lens = {r["rid"]: len(r["prompt"]) for r in scenario["requests"]}
+    worker = _ScriptedWorker(streams, prompt_lens, n, scenario["seed"], allocator, errors)
+    worker.commit_scripts = {r["rid"]: list(r["commits"]) for r in scenario["requests"] if r.get("commits")}
+
+    sched = types.SimpleNamespace(
+        forward_ct=0,
+        scripted_scheduler_hook=None,
+        profiler_manager=_NoOp(),
+        forward_sleep_time=None,
+        is_generation=True,
+        enable_overlap=True,
+        future_map=algo.create_future_map(torch.device("cpu"), req_pool, True),
+        forward_stream_ctx=contextlib.nullcontext(),
+        forward_stream=_NoOp(),
+        schedule_stream=_NoOp(),
+        model_worker=worker,
+        batch_record_buf=[None, None],
+        batch_record_ct=0,
+        device_module=torch.get_device_module("cpu"),
+        server_args=args,
+        spec_algorithm=algo,
+    )
+    for name in ("run_batch", "_forward_isolation", "record_batch_in_overlap", "_maybe_report_active_ranks"):
+        setattr(sched, name, getattr(scheduler_module.Scheduler, name).__get__(sched))
+    processor = SchedulerBatchResultProcessor(
+        is_generation=True,
+        disaggregation_mode=None,
+        enable_overlap=True,
+        enable_overlap_mlx=False,
+        server_args=args,
+        model_config=model_config,
+        token_to_kv_pool_allocator=allocator,
+        tree_cache=cache,
+        hisparse_coordinator=None,
+        req_to_token_pool=req_pool,
+        decode_offload_manager=None,
+        metrics_collector=_NoOp(),
+        metrics_reporter=_Metrics(),
+        draft_worker=None,
+        model_worker=worker,
+        logprob_result_processor=_NoOp(),
+        output_streamer=_NoOp(),
+        abort_request=lambda *a, **k: None,
+    )
+
+    def make_req(spec: dict) -> Req:
+        params = SamplingParams(max_new_tokens=spec["max_new"], temperature=0, **spec.get("sampling", {}))
+        params.normalize(None)
+        params.verify(512)
+        req = Req(
+            spec["rid"],
+            "",
+            array("q", spec["prompt"]),
+            params,
+            vocab_size=512,
+            eos_token_ids={scenario["eos"]},
+        )
+        req.init_next_round_input(cache)
+        req.fill_len = len(req.full_untruncated_fill_ids)  # what PrefillAdder.add_one_req sets (no chunking)
+        return req
+
+    pending = sorted(scenario["requests"], key=lambda r: r["arrive"])
+    running = None
+    last_batch = None
+    queue: list = []
+    all_reqs: list = []
+    estimates: list[tuple[int, int]] = []
+    widest = 0
+    iteration = 0
+    while iteration < 400:
+        # get_next_batch_to_run's order: merge the last prefill (finished ones filtered), prefill first,
+        # else filter the running batch's finished requests, check memory, prepare the decode step.
+        if last_batch is not None and last_batch.forward_mode.is_extend():
+            last_batch.filter_batch()
+            if not last_batch.is_empty():
+                if running is None or running.is_empty():
+                    running = last_batch
+                else:
+                    running.merge_batch(last_batch)
+        arrived = [r for r in pending if r["arrive"] <= iteration]
+        batch = None
+        if arrived:
+            pending = [r for r in pending if r["arrive"] > iteration]
+            reqs = [make_req(r) for r in arrived]
+            all_reqs.extend(reqs)
+            batch = ScheduleBatch.init_new(reqs, req_pool, allocator, cache, model_config, True, algo)
+            batch.prepare_for_extend()
+        elif running is not None:
+            running.filter_batch()
+            if not running.is_empty():
+                needed = running.new_tokens_required_next_decode()
+                if not running.check_decode_mem():
+                    errors.append(f"iteration {iteration}: check_decode_mem refused {needed} slots")
+                before = allocator.available_size()
+                running.prepare_for_decode()
+                estimates.append((needed, before - allocator.available_size()))
+                widest = max(widest, max(r.kv_allocated_len for r in running.reqs))
+                batch = running
+        if batch is not None:
+            result = sched.run_batch(batch)
+            queue.append((batch.copy(), result))
+        if last_batch is not None and queue and (batch is None or len(queue) > 1):
+            done_batch, done_result = queue.pop(0)
+            if done_batch.forward_mode.is_extend():
+                processor.process_batch_result_prefill(done_batch, done_result)
+            else:
+                processor.process_batch_result_decode(done_batch, done_result)
+        last_batch = batch
+        iteration += 1
+        if not pending and not queue and batch is None:
+            break
+
+    finished = {r.rid: r.finished() for r in all_reqs}
+    outputs = {r.rid: list(r.output_ids_through_stop) for r in all_reqs}
+    return {
+        "iterations": iteration,
+        "verify_steps": worker.steps,
+        "errors": errors[:20],
+        "finished": finished,
+        "outputs": outputs,
+        "kv_available": [start_available, allocator.available_size()],
+        "req_slots_available": [start_req_slots, req_pool.available_size()],
+        "estimate_vs_allocated": estimates,
+        "widest_reservation": widest,
+        "row_width": int(req_pool.req_to_token.shape[1]),
+        "penalizer_seen": worker.penalizer_seen,
+        "future_map": type(sched.future_map).__name__,
+    }
+
+
+def _commits_to(tokens: int, n: int) -> list[int]:
+    """Tokens committed per verify so that `tokens` are out (the prefill's included), then N every step."""
+    full, rest = divmod(tokens - 1, n)
+    return [n] * full + ([rest] if rest else []) + [n]
+
+
+def _scenario(n: int) -> dict:
+    """Requests with different prompts, lengths and stops, arriving at different iterations; one runs to the
+    context limit, one finishes at prefill, one stops at an EOS inside a verify chain, one has penalties."""
+    eos = 2
+    rng = random.Random(7)
+    context = 96
+
+    def stream(length: int, eos_at: int | None = None) -> list[int]:
+        tokens = [rng.randrange(10, 500) for _ in range(length)]
+        if eos_at is not None:
+            tokens[eos_at] = eos
+        return tokens
+
+    requests = [
+        {"rid": "a", "prompt": [5, 6, 7, 8], "stream": stream(40), "max_new": 40, "arrive": 0},
+        {"rid": "b", "prompt": [9] * 11, "stream": stream(60, eos_at=23), "max_new": 60, "arrive": 0},
+        {"rid": "c", "prompt": [3, 4], "stream": stream(5), "max_new": 1, "arrive": 2},
+        {
+            "rid": "d",
+            "prompt": [11, 12, 13],
+            "stream": stream(30),
+            "max_new": 30,
+            "arrive": 3,
+            "sampling": {"frequency_penalty": 0.5},
+        },
+        # prompt + max_new = the context length; scripted to have max_new - 1 tokens out when a step
+        # commits all N: that step and the wasted one after it (run before the host sees the finish)
+        # write furthest into the req_to_token row
+        {
+            "rid": "e",
+            "prompt": list(range(20, 56)),
+            "stream": stream(60),
+            "max_new": context - 36,
+            "arrive": 5,
+            "commits": _commits_to(context - 36 - 1, n),
+        },
+        {"rid": "f", "prompt": [7] * 5, "stream": stream(3), "max_new": 3, "arrive": 9},
+        {"rid": "g", "prompt": [8] * 6, "stream": stream(25, eos_at=0), "max_new": 25, "arrive": 12},
+    ]
+    return {"requests": requests, "eos": eos, "context": context, "kv_slots": 2048, "seed": 11}
+
+
+def _expected_outputs(scenario: dict) -> dict:
+    """Plain decoding's outputs of the script: the stream up to the first EOS (included) or max_new tokens."""
+    out = {}
+    for r in scenario["requests"]:
+        tokens = r["stream"][: r["max_new"]]
+        if scenario["eos"] in tokens:
+            tokens = tokens[: tokens.index(scenario["eos"]) + 1]
+        out[r["rid"]] = tokens
+    return out
+
+
+def _isolation_facts(args) -> dict:
+    """The forward copy of a real SamplingBatchInfo (a request with a frequency penalty, prepared by the real
+    prepare_for_extend) inside the real Scheduler._forward_isolation: DFLASH and DDTREE keep the penalizer
+    orchestrator; EAGLE's copy drops it (its penalties go through accumulated buffers)."""
+    import torch
+    from sglang.srt.managers import scheduler as scheduler_module
+    from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+    from sglang.srt.mem_cache import common as mem_common
+    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+    from sglang.srt.mem_cache.chunk_cache import ChunkCache
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+    from sglang.srt.sampling.sampling_params import SamplingParams
+    from sglang.srt.server_args import set_global_server_args_for_scheduler
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    set_global_server_args_for_scheduler(args)
+    mem_common.support_triton = lambda backend: False
+    req_pool = ReqToTokenPool(size=4, max_context_len=64, device="cpu", enable_memory_saver=False)
+    allocator = TokenToKVPoolAllocator(128, torch.bfloat16, "cpu", None, False)
+    cache = ChunkCache(
+        CacheInitParams(
+            disable=True, req_to_token_pool=req_pool, token_to_kv_pool_allocator=allocator, page_size=1
+        )
+    )
+    params = SamplingParams(max_new_tokens=8, temperature=0, frequency_penalty=0.5)
+    params.normalize(None)
+    params.verify(512)
+    req = Req("p", "", array("q", [5, 6, 7]), params, vocab_size=512, eos_token_ids={2})
+    req.init_next_round_input(cache)
+    req.fill_len = len(req.full_untruncated_fill_ids)
+    model_config = types.SimpleNamespace(vocab_size=512, is_encoder_decoder=False, context_len=64)
+    out = {}
+    for name in ("DFLASH", "DDTREE", "EAGLE"):
+        algo = SpeculativeAlgorithm.from_string(name)
+        batch = ScheduleBatch.init_new([req], req_pool, allocator, cache, model_config, False, algo)
+        batch.prepare_for_extend()
+        info = batch.sampling_info
+        with scheduler_module.Scheduler._forward_isolation(types.SimpleNamespace(), batch, overlap=False):
+            inside = batch.sampling_info
+        out[name] = {
+            "penalties_required": bool(info.penalizer_orchestrator.is_required),
+            "copied": inside is not info,
+            "orchestrator_kept": inside.penalizer_orchestrator is info.penalizer_orchestrator,
+            "accumulated": inside.acc_additive_penalties is not None,
+            "restored": batch.sampling_info is info,
+        }
+        allocator.free(req_pool.req_to_token[batch.req_pool_indices[0], : len(req.origin_input_ids)])
+        req_pool.free(req)
+    return out
+
+
+def _future_map_facts() -> dict:
+    """DFlashFutureMap: stash a result's bonus tokens, publish lengths, resolve them for the next step."""
+    import torch
+    from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    algo = SpeculativeAlgorithm.from_string("DFLASH")
+    pool = types.SimpleNamespace(req_to_token=torch.zeros((6, 8), dtype=torch.int32))
+    fmap = algo.create_future_map(torch.device("cpu"), pool, True)
+    slots = torch.tensor([4, 1, 3])
+    fmap.stash(slots, DFlashDraftInputV2(bonus_tokens=torch.tensor([40, 10, 30])))
+    fmap.publish(slots, torch.tensor([14, 11, 13]))
+    # the next step's batch: request order changed by a filter and a merge
+    spec = DFlashDraftInputV2(future_indices=torch.tensor([3, 4]))
+    batch = types.SimpleNamespace(
+        spec_info=spec, req_pool_indices=torch.tensor([3, 4]), req_pool_indices_cpu=torch.tensor([3, 4])
+    )
+    fmap._resolve_spec_extras(batch)
+    fmap.resolve_seq_lens_cpu(batch)
+    merged = DFlashDraftInputV2(future_indices=torch.tensor([1]))
+    merged.merge_batch(DFlashDraftInputV2(future_indices=torch.tensor([4, 3])))
+    merged.filter_batch(torch.tensor([0, 2]))
+    try:
+        DFlashDraftInputV2(future_indices=torch.tensor([1])).merge_batch(DFlashDraftInputV2())
+        merge_error = None
+    except RuntimeError as e:
+        merge_error = str(e)
+    return {
+        "bonus": spec.bonus_tokens.tolist(),
+        "seq_lens": batch.seq_lens.tolist(),
+        "seq_lens_cpu": batch.seq_lens_cpu.tolist(),
+        "seq_lens_sum": batch.seq_lens_sum,
+        "merged_filtered": merged.future_indices.tolist(),
+        "merge_error": merge_error,
+        "coefficient": list(spec.get_spec_adjust_token_coefficient()),
+    }
+
+
+def main() -> None:
+    target, drafter = sys.argv[1], sys.argv[2]
+    switch = os.environ.get(OVERLAP_ENV, "")
+    common = [
+        "--model-path",
+        target,
+        "--skip-tokenizer-init",
+        "--device",
+        "cpu",
+        "--attention-backend",
+        "triton",
+    ]
+    dflash = [*common, "--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", drafter]
+    ddtree = [*common, "--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", drafter]
+    facts: dict = {"switch": switch}
+    try:
+        cases = {
+            "dflash": dflash,
+            "dflash_page64": [*dflash, "--page-size", "64"],
+            "dflash_disabled": [*dflash, "--disable-overlap-schedule"],
+            "ddtree": ddtree,
+            "ddtree_disabled": [*ddtree, "--disable-overlap-schedule"],
+        }
+        for name, argv in cases.items():
+            facts[f"args_{name}"] = _args_case(argv)
+        for name in ("dflash", "dflash_page64", "ddtree"):
+            facts[f"algo_{name}"] = _algo_facts(cases[name])
+        facts["refusals"] = _refusal_reasons()
+        os.environ[OVERLAP_ENV] = "yes"
+        facts["args_bad_value"] = _args_case(dflash)
+        os.environ[OVERLAP_ENV] = switch
+        if switch == "1":
+            from sglang.srt.server_args import prepare_server_args
+
+            facts["future_map_round_trip"] = _future_map_facts()
+            facts["isolation"] = _isolation_facts(prepare_server_args(dflash))
+            dflash_args = prepare_server_args(dflash)
+            ddtree_args = prepare_server_args([*ddtree, "--speculative-ddtree-budget", "12"])
+            scenario = _scenario(int(dflash_args.speculative_num_draft_tokens))
+            facts["expected_outputs"] = _expected_outputs(scenario)
+            facts["sim_dflash"] = _simulation(dflash_args, scenario)
+            tree_scenario = {**_scenario(int(ddtree_args.speculative_num_draft_tokens)), "seed": 5}
+            facts["expected_outputs_ddtree"] = _expected_outputs(tree_scenario)
+            facts["sim_ddtree"] = _simulation(ddtree_args, tree_scenario)
+    except Exception:
+        facts["probe_error"] = traceback.format_exc()
+    print("DFLASH-OVERLAP-PROBE " + json.dumps(facts))
+
+
+if __name__ == "__main__":
+    main()

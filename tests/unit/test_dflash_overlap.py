@@ -1,0 +1,214 @@
+"""Overlap scheduling for DFLASH/DDTREE, first steps (issue 25): the switch (patch dflash-overlap-switch) and
+the spec-v2 inputs (patch dflash-overlap-inputs), in the real patched sglang 0.5.13.post1 on CPU.
+
+SGLANG_DFLASH_OVERLAP is read once per process, so tests/unit/dflash_overlap_probe.py runs twice: switch off
+(today's path must be unchanged: overlap forced off, v1 everywhere) and switch on. With it on, a host
+simulation drives the real ScheduleBatch / Req / ReqToTokenPool / TokenToKVPoolAllocator / ChunkCache,
+Scheduler.run_batch's overlap branch and the real result processor through requests arriving, decoding with
+scripted acceptance, stopping and finishing one step late, and checks every forward's KV slots and the final
+allocator state. The stand-ins (a scripted model, no GPU kernels, a batch selection that mirrors
+get_next_batch_to_run without admission control or retraction) are listed in the probe's docstring.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_ddtree_sglang import TINY_TARGET, run_probe, sglang_cpu_path  # noqa: F401  (fixture)
+
+PROBE = Path(__file__).with_name("dflash_overlap_probe.py")
+MARKER = "DFLASH-OVERLAP-PROBE"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    root = tmp_path_factory.mktemp("overlap-models")
+    (root / "target").mkdir()
+    (root / "drafter").mkdir()
+    (root / "target" / "config.json").write_text(json.dumps(TINY_TARGET))
+    drafter = {
+        **TINY_TARGET,
+        "architectures": ["DFlashDraftModel"],
+        "num_hidden_layers": 2,
+        "block_size": 8,
+        "dflash_config": {
+            "block_size": 8,
+            "target_layer_ids": [1, 4],
+            "mask_token_id": 511,
+            "num_target_layers": 6,
+        },
+    }
+    (root / "drafter" / "config.json").write_text(json.dumps(drafter))
+    return str(root / "target"), str(root / "drafter")
+
+
+@pytest.fixture(scope="module")
+def off(sglang_cpu_path: str, models: tuple[str, str]) -> dict:  # noqa: F811
+    return run_probe(
+        PROBE, MARKER, sglang_cpu_path, *models, timeout=600, env={"SGLANG_DFLASH_OVERLAP": None}
+    )
+
+
+@pytest.fixture(scope="module")
+def on(sglang_cpu_path: str, models: tuple[str, str]) -> dict:  # noqa: F811
+    return run_probe(PROBE, MARKER, sglang_cpu_path, *models, timeout=600, env={"SGLANG_DFLASH_OVERLAP": "1"})
+
+
+TODAY_WARNING = (
+    "Overlap scheduler is disabled when using DFLASH speculative decoding (spec v2 is not supported yet)."
+)
+
+
+@pytest.mark.parametrize("case", ["dflash", "dflash_page64", "dflash_disabled", "ddtree", "ddtree_disabled"])
+def test_switch_off_keeps_todays_settings(off: dict, case: str) -> None:
+    got = off[f"args_{case}"]
+    assert got["overlap_disabled"] is True
+    assert got["overlap_warnings"] == [TODAY_WARNING]
+
+
+@pytest.mark.parametrize("algo", ["dflash", "ddtree"])
+def test_switch_off_keeps_v1_everywhere(off: dict, algo: str) -> None:
+    got = off[f"algo_{algo}"]
+    assert got["spec_v2"] is False and got["future_map"] == "FutureMap"
+    assert got["worker"] == {"dflash": "DFlashWorker", "ddtree": "DDTreeWorker"}[algo]
+    assert got["worker_start"] == "past the switch", "the worker must not refuse with the switch off"
+    assert got["row_headroom"] == 4 + got["verify_tokens"], "req_to_token rows unchanged with the switch off"
+
+
+@pytest.mark.parametrize(("algo", "verify_tokens"), [("dflash", 8), ("ddtree", 9)])
+def test_switch_on_keeps_overlap_and_makes_spec_v2(on: dict, algo: str, verify_tokens: int) -> None:
+    args = on[f"args_{algo}"]
+    assert args["overlap_disabled"] is False and args["num_draft_tokens"] == verify_tokens
+    assert len(args["overlap_warnings"]) == 1 and "keep overlap scheduling on" in args["overlap_warnings"][0]
+    got = on[f"algo_{algo}"]
+    assert got["spec_v2"] is True
+    assert got["worker"] == {"dflash": "DFlashWorker", "ddtree": "DDTreeWorker"}[algo], "create_worker raised"
+    assert got["future_map"] == "DFlashFutureMap"
+    # the spec-v2 branch of get_draft_kv_pool used to assume EAGLE's nested draft runner
+    assert got["draft_kv_pool"] == ["dflash-draft-pool", "drafter-config"]
+    assert got["row_headroom"] == 4 + 2 * verify_tokens
+
+
+def test_switch_on_worker_refuses_at_start_until_the_v2_step_exists(on: dict) -> None:
+    for algo in ("dflash", "ddtree"):
+        message = on[f"algo_{algo}"]["worker_start"]
+        assert message.startswith(
+            "RuntimeError: SGLANG_DFLASH_OVERLAP=1: DFlashWorker has no spec-v2 decode step"
+        )
+        assert "--disable-overlap-schedule" in message
+
+
+def test_switch_on_with_page_size_64_is_refused_with_one_warning(on: dict) -> None:
+    args = on["args_dflash_page64"]
+    assert args["overlap_disabled"] is True
+    assert len(args["overlap_warnings"]) == 1, args["overlap_warnings"]
+    assert "SGLANG_DFLASH_OVERLAP=1 refused (--page-size 64" in args["overlap_warnings"][0]
+    got = on["algo_dflash_page64"]
+    assert (
+        got["spec_v2"] is False
+        and got["future_map"] == "FutureMap"
+        and got["worker_start"] == "past the switch"
+    )
+
+
+@pytest.mark.parametrize("case", ["dflash_disabled", "ddtree_disabled"])
+def test_switch_on_with_overlap_disabled_by_the_user_runs_v1(on: dict, case: str) -> None:
+    args = on[f"args_{case}"]
+    assert args["overlap_disabled"] is True
+    assert len(args["overlap_warnings"]) == 1 and "has no effect" in args["overlap_warnings"][0]
+
+
+def test_every_refusal_names_its_flag(on: dict) -> None:
+    r = on["refusals"]
+    assert r["ok"] is None
+    for case, flag in (
+        ("page64", "--page-size 64"),
+        ("dp_attention", "--enable-dp-attention"),
+        ("pp2", "--pp-size 2"),
+        ("disagg", "--disaggregation-mode decode"),
+        ("pdmux", "--enable-pdmux"),
+    ):
+        assert r[case].startswith(flag), r[case]
+
+
+@pytest.mark.parametrize("mode", ["off", "on"])
+def test_a_bad_switch_value_is_refused(off: dict, on: dict, mode: str) -> None:
+    got = {"off": off, "on": on}[mode]["args_bad_value"]
+    assert got == {
+        "error": "ValueError",
+        "message": "SGLANG_DFLASH_OVERLAP='yes': use 1 (overlap scheduling for DFLASH/DDTREE) or 0 (off).",
+    }
+
+
+def test_future_map_relays_bonus_tokens_and_lengths_by_request_slot(on: dict) -> None:
+    got = on["future_map_round_trip"]
+    assert got["bonus"] == [30, 40], "gathered by future_indices [3, 4] after a stash at [4, 1, 3]"
+    assert got["seq_lens"] == [13, 14] and got["seq_lens_cpu"] == [13, 14] and got["seq_lens_sum"] == 27
+    assert got["merged_filtered"] == [1, 3]
+    assert "both sides need future_indices" in got["merge_error"]
+    assert got["coefficient"] == [1, 1]
+
+
+@pytest.mark.parametrize("algo", ["DFLASH", "DDTREE"])
+def test_forward_copy_keeps_the_penalizer_orchestrator_for_dflash_and_ddtree(on: dict, algo: str) -> None:
+    got = on["isolation"][algo]
+    assert got["penalties_required"], "the case needs a penalty, or the check proves nothing"
+    assert got == {
+        "penalties_required": True,
+        "copied": True,
+        "orchestrator_kept": True,
+        "accumulated": False,
+        "restored": True,
+    }
+
+
+def test_forward_copy_still_drops_the_orchestrator_for_eagle(on: dict) -> None:
+    got = on["isolation"]["EAGLE"]
+    assert (
+        got["penalties_required"] and not got["orchestrator_kept"] and got["accumulated"] and got["restored"]
+    )
+
+
+@pytest.mark.parametrize("algo", ["dflash", "ddtree"])
+def test_simulation_checks_every_forward_and_finds_nothing(on: dict, algo: str) -> None:
+    """At each forward: the slots written (the committed prefix and the N-slot verify window) are reserved,
+    distinct, free of no one, shared with no other request, inside the req_to_token row; the bonus token
+    relayed by the FutureMap is the one the script emitted last."""
+    sim = on[f"sim_{algo}"]
+    assert sim["errors"] == []
+    assert sim["future_map"] == "DFlashFutureMap"
+    assert sim["verify_steps"] >= 8, sim
+
+
+@pytest.mark.parametrize("algo", ["dflash", "ddtree"])
+def test_simulation_outputs_equal_plain_decoding(on: dict, algo: str) -> None:
+    """Stops inside a verify chain, max_new_tokens, a request finishing at prefill, requests joining and
+    leaving: each output equals the script's plain-decoding output (trimmed at the finish by the real
+    result processor, one step late)."""
+    sim = on[f"sim_{algo}"]
+    expected = on["expected_outputs_ddtree" if algo == "ddtree" else "expected_outputs"]
+    assert all(sim["finished"].values()), sim["finished"]
+    assert sim["outputs"] == expected
+
+
+@pytest.mark.parametrize("algo", ["dflash", "ddtree"])
+def test_simulation_leaks_no_slot_and_stays_inside_the_row(on: dict, algo: str) -> None:
+    sim = on[f"sim_{algo}"]
+    start, end = sim["kv_available"]
+    assert start == end, f"{start - end} KV slots leaked"
+    assert sim["req_slots_available"][0] == sim["req_slots_available"][1]
+    assert sim["widest_reservation"] <= sim["row_width"]
+    for estimate, allocated in sim["estimate_vs_allocated"]:
+        assert allocated <= estimate, "check_decode_mem must cover what prepare_for_decode allocates"
+
+
+def test_simulation_sees_penalties_inside_every_forward_with_a_penalized_request(on: dict) -> None:
+    for algo in ("dflash", "ddtree"):
+        seen = on[f"sim_{algo}"]["penalizer_seen"]
+        with_d = [flag for rids, flag in seen if "d" in rids]
+        without_d = [flag for rids, flag in seen if "d" not in rids]
+        assert with_d and all(with_d), (algo, seen)
+        assert without_d and not any(without_d), (algo, seen)
