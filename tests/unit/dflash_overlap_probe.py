@@ -239,7 +239,8 @@ class _ScriptedWorker:
                 row = int(batch.req_pool_indices[i])
                 for pos in range(seq_lens[i]):
                     self.slot_owner[int(rows[row, pos])] = (req.rid, pos)
-                tokens.append(self.streams[req.rid][0])
+                out = seq_lens[i] - self.prompt_lens[req.rid]  # > 0 for a retracted request's new prefill
+                tokens.append(self.streams[req.rid][out] if out < len(self.streams[req.rid]) else 0)
             on_publish(batch.seq_lens)
             next_ids = torch.tensor(tokens, dtype=torch.int64)
             return GenerationBatchResult(
@@ -380,7 +381,7 @@ def _simulation(args, scenario: dict) -> dict:
         params = SamplingParams(max_new_tokens=spec["max_new"], temperature=0, **spec.get("sampling", {}))
         params.normalize(None)
         params.verify(512)
-        req = Req(
+        return Req(
             spec["rid"],
             "",
             array("q", spec["prompt"]),
@@ -388,21 +389,36 @@ def _simulation(args, scenario: dict) -> dict:
             vocab_size=512,
             eos_token_ids={scenario["eos"]},
         )
-        req.init_next_round_input(cache)
-        req.fill_len = len(req.full_untruncated_fill_ids)  # what PrefillAdder.add_one_req sets (no chunking)
-        return req
+
+    def admit(waiting: list) -> list:
+        """A stand-in for PrefillAdder: admit in order while the prompt plus one reservation of every
+        admitted and running request fits in the free KV slots; no chunking."""
+        free = allocator.available_size() - (len(running.reqs) if running is not None else 0) * 2 * n
+        admitted = []
+        for req in list(waiting):
+            req.init_next_round_input(cache)
+            req.fill_len = len(req.full_untruncated_fill_ids)  # what PrefillAdder.add_one_req sets
+            need = req.extend_input_len + 2 * n
+            if need > free:
+                break
+            free -= need
+            admitted.append(req)
+            waiting.remove(req)
+        return admitted
 
     pending = sorted(scenario["requests"], key=lambda r: r["arrive"])
+    waiting: list = []
     running = None
     last_batch = None
     queue: list = []
     all_reqs: list = []
     estimates: list[tuple[int, int]] = []
+    retracted: list[str] = []
     widest = 0
     iteration = 0
     while iteration < 400:
         # get_next_batch_to_run's order: merge the last prefill (finished ones filtered), prefill first,
-        # else filter the running batch's finished requests, check memory, prepare the decode step.
+        # else filter the running batch's finished requests, check memory (retract), prepare the decode step.
         if last_batch is not None and last_batch.forward_mode.is_extend():
             last_batch.filter_batch()
             if not last_batch.is_empty():
@@ -411,19 +427,26 @@ def _simulation(args, scenario: dict) -> dict:
                 else:
                     running.merge_batch(last_batch)
         arrived = [r for r in pending if r["arrive"] <= iteration]
+        pending = [r for r in pending if r["arrive"] > iteration]
+        for spec in arrived:
+            req = make_req(spec)
+            all_reqs.append(req)
+            waiting.append(req)
         batch = None
-        if arrived:
-            pending = [r for r in pending if r["arrive"] > iteration]
-            reqs = [make_req(r) for r in arrived]
-            all_reqs.extend(reqs)
-            batch = ScheduleBatch.init_new(reqs, req_pool, allocator, cache, model_config, True, algo)
+        admitted = admit(waiting) if waiting else []
+        if admitted:
+            batch = ScheduleBatch.init_new(admitted, req_pool, allocator, cache, model_config, True, algo)
             batch.prepare_for_extend()
         elif running is not None:
             running.filter_batch()
+            if not running.is_empty() and not running.check_decode_mem():
+                out, _, aborted = running.retract_decode(args)
+                if aborted:
+                    errors.append(f"iteration {iteration}: aborted {[r.rid for r in aborted]}")
+                retracted.extend(r.rid for r in out)
+                waiting[:0] = out
             if not running.is_empty():
                 needed = running.new_tokens_required_next_decode()
-                if not running.check_decode_mem():
-                    errors.append(f"iteration {iteration}: check_decode_mem refused {needed} slots")
                 before = allocator.available_size()
                 running.prepare_for_decode()
                 estimates.append((needed, before - allocator.available_size()))
@@ -440,9 +463,11 @@ def _simulation(args, scenario: dict) -> dict:
                 processor.process_batch_result_decode(done_batch, done_result)
         last_batch = batch
         iteration += 1
-        if not pending and not queue and batch is None:
+        if not pending and not waiting and not queue and batch is None:
             break
 
+    if iteration >= 400:
+        errors.append("the requests did not finish within 400 iterations")
     finished = {r.rid: r.finished() for r in all_reqs}
     outputs = {r.rid: list(r.output_ids_through_stop) for r in all_reqs}
     return {
@@ -458,6 +483,7 @@ def _simulation(args, scenario: dict) -> dict:
         "row_width": int(req_pool.req_to_token.shape[1]),
         "penalizer_seen": worker.penalizer_seen,
         "future_map": type(sched.future_map).__name__,
+        "retracted": retracted,
     }
 
 
@@ -654,6 +680,9 @@ def main() -> None:
             tree_scenario = {**_scenario(int(ddtree_args.speculative_num_draft_tokens)), "seed": 5}
             facts["expected_outputs_ddtree"] = _expected_outputs(tree_scenario)
             facts["sim_ddtree"] = _simulation(ddtree_args, tree_scenario)
+            # a KV pool too small for everyone: check_decode_mem fails and retract_decode runs
+            facts["sim_dflash_tight"] = _simulation(dflash_args, {**scenario, "kv_slots": 200})
+            facts["sim_ddtree_tight"] = _simulation(ddtree_args, {**tree_scenario, "kv_slots": 140})
     except Exception:
         facts["probe_error"] = traceback.format_exc()
     print("DFLASH-OVERLAP-PROBE " + json.dumps(facts))
