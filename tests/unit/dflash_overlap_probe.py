@@ -598,6 +598,126 @@ def _isolation_facts(args) -> dict:
     return out
 
 
+class _SyncCounter:
+    """Counts the Tensor methods that copy device data to the host (a sync on a GPU) while it is entered."""
+
+    METHODS = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__index__")
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.saved: dict = {}
+
+    def __enter__(self):
+        import torch
+
+        for name in self.METHODS:
+            original = getattr(torch.Tensor, name)
+            self.saved[name] = original
+
+            def counted(tensor, *a, _name=name, _original=original, **k):
+                self.calls.append(_name)
+                return _original(tensor, *a, **k)
+
+            setattr(torch.Tensor, name, counted)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import torch
+
+        for name, original in self.saved.items():
+            setattr(torch.Tensor, name, original)
+
+
+def _chain_verify_facts() -> dict:
+    """verify_chain_v2 against v1's DFlashVerifyInput.verify on the same drafts and logits (greedy): the same
+    accepted tokens, commit lengths, bonus and new lengths for requests that do not finish; no host sync,
+    no write to the batch or its requests. Random cases: 6 requests, block 8, every accept length."""
+    import torch
+    from ddtree_sglang_probe import _Req  # the Req attributes v1's verify touches, finishing after max_new
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.speculative import dflash_info
+    from sglang.srt.speculative.dflash_step_v2 import verify_chain_v2
+
+    dflash_info.assign_req_to_token_pool_func = _assign_reference
+    gen = torch.Generator().manual_seed(5)
+    bs, width, vocab = 8, 8, 64
+    cases = []
+    for case in range(6):
+        accept = torch.tensor([(case + i) % width for i in range(bs)])  # 0..7 accepted drafts
+        candidates = torch.randint(3, vocab, (bs, width), generator=gen)
+        argmax = torch.randint(3, vocab, (bs, width), generator=gen)
+        for i in range(bs):
+            k = int(accept[i])
+            argmax[i, :k] = candidates[i, 1 : k + 1]
+            if k + 1 < width:  # the first rejected draft differs from the target's token
+                argmax[i, k] = (candidates[i, k + 1] + 1 - 3) % (vocab - 3) + 3
+        logits = torch.nn.functional.one_hot(argmax.view(-1), vocab).float() * 10
+        seq_lens = torch.randint(4, 40, (bs,), generator=gen)
+        freed: list[int] = []
+
+        def batch_for(reqs, _seq=seq_lens, _freed=freed):
+            return types.SimpleNamespace(
+                forward_mode=ForwardMode.TARGET_VERIFY,
+                reqs=reqs,
+                batch_size=lambda: bs,
+                sampling_info=None,
+                out_cache_loc=torch.arange(1000, 1000 + bs * width, dtype=torch.int64),
+                token_to_kv_pool_allocator=types.SimpleNamespace(free=lambda x: _freed.extend(x.tolist())),
+                req_pool_indices=torch.arange(bs),
+                req_to_token_pool=types.SimpleNamespace(
+                    req_to_token=torch.zeros((bs, 64), dtype=torch.int64)
+                ),
+                seq_lens=_seq.clone(),
+                seq_lens_cpu=_seq.clone(),
+                seq_lens_sum=int(_seq.sum()),
+                device="cpu",
+            )
+
+        def spec(_candidates=candidates):
+            return dflash_info.DFlashVerifyInput(
+                draft_token=_candidates.reshape(-1),
+                positions=torch.zeros(bs * width, dtype=torch.long),
+                draft_token_num=width,
+            )
+
+        # v1: request 3 finishes after 2 tokens (v1 cuts there, v2 does not: the scheduler trims)
+        v1_reqs = [_Req(2 if i == 3 else 100) for i in range(bs)]
+        v1_batch = batch_for(v1_reqs)
+        out = types.SimpleNamespace(
+            next_token_logits=logits.clone(), hidden_states=torch.zeros(bs * width, 2)
+        )
+        with _SyncCounter() as v1_syncs:  # the control: v1 copies to the host, the counter must see it
+            v1_bonus, v1_commit, _, _ = spec().verify(batch=v1_batch, logits_output=out, page_size=1)
+        v2_reqs = [_Req(2 if i == 3 else 100) for i in range(bs)]
+        v2_batch = batch_for(v2_reqs)
+        seq_before = v2_batch.seq_lens
+        out = types.SimpleNamespace(next_token_logits=logits.clone(), hidden_states=None)
+        with _SyncCounter() as syncs:
+            got = verify_chain_v2(spec(), v2_batch, out)
+        commit = got.commit_lens.tolist()
+        cases.append(
+            {
+                "accept": accept.tolist(),
+                "v1_tokens": [list(r.output_ids) for r in v1_reqs],
+                "v2_tokens": [got.out_tokens[i, : commit[i]].tolist() for i in range(bs)],
+                "v2_padding": [got.out_tokens[i, commit[i] :].tolist() for i in range(bs)],
+                "v1_commit": v1_commit.tolist(),
+                "v2_commit": commit,
+                "v1_bonus": v1_bonus.tolist(),
+                "v2_bonus": got.bonus_tokens.tolist(),
+                "v1_seq_lens": v1_batch.seq_lens.tolist(),
+                "v2_new_seq_lens": got.new_seq_lens.tolist(),
+                "syncs": syncs.calls,
+                "v1_syncs": sorted(set(v1_syncs.calls)),
+                "batch_untouched": v2_batch.seq_lens is seq_before
+                and v2_batch.seq_lens.tolist() == seq_lens.tolist()
+                and all(len(r.output_ids) == 0 and r.kv_committed_len == 0 for r in v2_reqs),
+                "shapes": [list(got.out_tokens.shape), str(got.out_tokens.dtype), str(got.commit_lens.dtype)],
+            }
+        )
+    return {"cases": cases}
+
+
 def _future_map_facts() -> dict:
     """DFlashFutureMap: stash a result's bonus tokens, publish lengths, resolve them for the next step."""
     import torch
@@ -671,6 +791,7 @@ def main() -> None:
             from sglang.srt.server_args import prepare_server_args
 
             facts["future_map_round_trip"] = _future_map_facts()
+            facts["chain_verify"] = _chain_verify_facts()
             facts["isolation"] = _isolation_facts(prepare_server_args(dflash))
             dflash_args = prepare_server_args(dflash)
             ddtree_args = prepare_server_args([*ddtree, "--speculative-ddtree-budget", "12"])

@@ -223,3 +223,37 @@ def test_tight_pool_retracts_and_still_decodes_like_plain_decoding(on: dict) -> 
     sim = on["sim_dflash_tight"]
     assert sim["retracted"], "the tight pool should force a retraction"
     assert sim["errors"] == [] and sim["kv_available"][0] == sim["kv_available"][1]
+
+
+FINISHING = 3  # the chain-verify request that v1 finishes after 2 tokens
+
+
+def test_chain_verify_v2_accepts_what_v1_accepts(on: dict) -> None:
+    """Patch dflash-overlap-step (not wired yet): verify_chain_v2 vs v1's DFlashVerifyInput.verify, greedy,
+    6 random cases x 8 requests covering every accept length 0..7 of a block of 8."""
+    cases = on["chain_verify"]["cases"]
+    assert sorted({a for c in cases for a in c["accept"]}) == list(range(8))
+    for c in cases:
+        for i in range(len(c["accept"])):
+            if i == FINISHING:
+                continue
+            assert c["v2_tokens"][i] == c["v1_tokens"][i], (i, c)
+            assert c["v2_commit"][i] == c["v1_commit"][i] == c["accept"][i] + 1
+            assert c["v2_bonus"][i] == c["v1_bonus"][i] == c["v2_tokens"][i][-1]
+            assert c["v2_new_seq_lens"][i] == c["v1_seq_lens"][i]
+            assert set(c["v2_padding"][i]) <= {0}
+        assert c["shapes"] == [[8, 8], "torch.int64", "torch.int32"]
+
+
+def test_chain_verify_v2_does_not_cut_at_a_finish(on: dict) -> None:
+    """The scheduler trims at the stop one step later (finished_len): v2 emits the whole accepted chain."""
+    for c in on["chain_verify"]["cases"]:
+        v1, v2 = c["v1_tokens"][FINISHING], c["v2_tokens"][FINISHING]
+        assert v2[: len(v1)] == v1 and len(v2) == c["accept"][FINISHING] + 1
+
+
+def test_chain_verify_v2_syncs_nothing_and_writes_nothing(on: dict) -> None:
+    for c in on["chain_verify"]["cases"]:
+        assert c["v1_syncs"], "the counter must see v1's host copies (control)"
+        assert c["syncs"] == []
+        assert c["batch_untouched"]
