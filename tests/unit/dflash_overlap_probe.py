@@ -180,9 +180,9 @@ class _ScriptedWorker:
         self.steps = 0
         self.slot_owner: dict[int, tuple] = {}  # slot -> (rid, position) of the KV written there last
         self.penalizer_seen: list[tuple[list[str], bool]] = []  # per forward: its requests, penalties seen
-        self.commit_scripts: dict[
-            str, list[int]
-        ] = {}  # rid -> tokens committed per verify (the last repeats)
+        # rid -> tokens committed per verify (the last one repeats)
+        self.commit_scripts: dict[str, list[int]] = {}
+        self.verify_windows = 0  # decode forwards whose slots came from prepare_for_verify(reserved=True)
 
     def on_verify_complete_cpu(self, num_correct_drafts_per_req, batch_size: int = 0) -> None:
         pass
@@ -220,6 +220,35 @@ class _ScriptedWorker:
                     self.errors.append(f"slot {s} used by {held[s]} and {req.rid}")
                 held[s] = req.rid
 
+    def _verify_window(self, batch, seq_lens: list[int]) -> list[list[int]]:
+        """The verify's KV slots from the real prepare_for_verify(reserved=True) (patch dflash-overlap-step):
+        each request's reserved req_to_token entries after its length, nothing allocated."""
+        import torch
+        from sglang.srt.speculative.dflash_info import DFlashVerifyInput
+
+        rows = batch.req_to_token_pool.req_to_token
+        bs = len(batch.reqs)
+        if any(length + self.n > rows.shape[1] for length in seq_lens):
+            return [[] for _ in range(bs)]  # past the row: reported by _check_rows
+        verify = DFlashVerifyInput(
+            draft_token=torch.zeros(bs * self.n, dtype=torch.int64),
+            positions=torch.zeros(bs * self.n, dtype=torch.int64),
+            draft_token_num=self.n,
+        )
+        before = self.allocator.available_size()
+        verify.prepare_for_verify(batch, 1, build_custom_mask=True, reserved=True)
+        if self.allocator.available_size() != before:
+            self.errors.append("prepare_for_verify(reserved=True) allocated KV slots")
+        window = batch.out_cache_loc.view(bs, self.n).tolist()
+        for i in range(bs):
+            row = rows[int(batch.req_pool_indices[i]), seq_lens[i] : seq_lens[i] + self.n].tolist()
+            if window[i] != row:
+                self.errors.append(f"{batch.reqs[i].rid}: verify slots {window[i]}, reserved row {row}")
+        if verify.custom_mask.numel() != sum((length + self.n) * self.n for length in seq_lens):
+            self.errors.append(f"verify mask of {verify.custom_mask.numel()} entries")
+        self.verify_windows += 1
+        return window
+
     def forward_batch_generation(self, batch, on_publish=None):
         import torch
         from sglang.srt.layers.logits_processor import LogitsProcessorOutput
@@ -251,6 +280,7 @@ class _ScriptedWorker:
             )
         self.steps += 1
         bonus = batch.spec_info.bonus_tokens.tolist()
+        window = self._verify_window(batch, seq_lens)
         out = torch.zeros((len(batch.reqs), self.n), dtype=torch.int64)
         commits = []
         for i, req in enumerate(batch.reqs):
@@ -263,8 +293,8 @@ class _ScriptedWorker:
             if bonus[i] != expected:
                 self.errors.append(f"{req.rid}: bonus {bonus[i]} from the FutureMap, expected {expected}")
             # The verify writes the root's and every draft's KV; the root and the accepted drafts stay.
-            for d in range(min(self.n, rows.shape[1] - seq_lens[i])):  # past the row: reported by _check_rows
-                self.slot_owner[int(rows[row, seq_lens[i] + d])] = (req.rid, seq_lens[i] + d)
+            for d, slot in enumerate(window[i]):
+                self.slot_owner[slot] = (req.rid, seq_lens[i] + d)
             script = self.commit_scripts.get(req.rid)
             if script:
                 commit = min(script.pop(0) if len(script) > 1 else script[0], self.n)
@@ -484,6 +514,7 @@ def _simulation(args, scenario: dict) -> dict:
         "penalizer_seen": worker.penalizer_seen,
         "future_map": type(sched.future_map).__name__,
         "retracted": retracted,
+        "verify_windows": worker.verify_windows,
     }
 
 

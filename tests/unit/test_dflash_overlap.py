@@ -184,6 +184,9 @@ def test_simulation_checks_every_forward_and_finds_nothing(on: dict, algo: str) 
     assert sim["errors"] == []
     assert sim["future_map"] == "DFlashFutureMap"
     assert sim["verify_steps"] >= 8, sim
+    # every decode forward took its slots from prepare_for_verify(reserved=True): no allocation, the row's
+    # reserved entries, the chain mask sized for them
+    assert sim["verify_windows"] == sim["verify_steps"]
 
 
 @pytest.mark.parametrize("algo", SIMULATIONS)
