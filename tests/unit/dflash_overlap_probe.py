@@ -749,6 +749,79 @@ def _chain_verify_facts() -> dict:
     return {"cases": cases}
 
 
+def _append_v2_facts() -> dict:
+    """The padded KV append by row index (patch dflash-overlap-step: the committed rows picked from the whole
+    verify output with chain_row_index) against v1's eager append of the same rows compacted, on the same
+    decode batches: the same (slot -> projected row, position) writes, the same draft rows and lengths.
+    The worker is dflash_step_probe's stand-in (no __init__, the fused write recorded)."""
+    import torch
+    from dflash_step_probe import _append_worker
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.speculative.dflash_step_v2 import chain_row_index
+
+    cases = {
+        "three_requests_window": ([1, 4, 2], [9, 70, 33], [2, 0, 1], 4, 16),
+        "full_blocks_no_window": ([4, 4], [4, 12], [0, 2], 4, None),
+        "block8_window": ([8, 1, 5, 3], [20, 3, 90, 41], [3, 1, 0, 2], 8, 32),
+    }
+    out = {}
+    gen = torch.Generator().manual_seed(9)
+    for name, (commit, old_seq, pools, block, window) in cases.items():
+        bs = len(commit)
+        target_r2t = torch.randint(1, 10**5, (4, 160), generator=gen, dtype=torch.int32)
+        full = torch.randn(bs * block, 6, generator=gen)  # the verify's hidden rows, B per request
+        compact = torch.cat([full[b * block : b * block + commit[b]] for b in range(bs)])
+        new_seq = torch.tensor([s + c for s, c in zip(old_seq, commit, strict=True)], dtype=torch.int64)
+        results = {}
+        for path in ("v1_eager", "v2_row_index"):
+            draft_r2t = torch.zeros_like(target_r2t)
+            worker, writes = _append_worker(block, window, target_r2t, draft_r2t)
+            if path == "v1_eager":
+                batch = types.SimpleNamespace(
+                    forward_mode=ForwardMode.DECODE,
+                    is_extend_in_batch=False,
+                    batch_size=lambda bs=bs: bs,
+                    req_pool_indices=torch.tensor(pools),
+                    req_to_token_pool=types.SimpleNamespace(req_to_token=target_r2t),
+                    seq_lens=new_seq.clone(),
+                    seq_lens_cpu=new_seq.clone(),
+                )
+                draft_input = types.SimpleNamespace(
+                    target_hidden=compact.clone(),
+                    ctx_lens=torch.tensor(commit, dtype=torch.int32),
+                    draft_seq_lens=torch.zeros(bs, dtype=torch.int32),
+                )
+                worker._append_target_hidden_to_draft_kv(batch, draft_input)
+                lens = draft_input.draft_seq_lens
+            else:
+                lens = worker._append_padded(
+                    full,
+                    torch.tensor(commit, dtype=torch.int32),
+                    new_seq,
+                    torch.tensor(pools),
+                    row_index=chain_row_index(bs, block, torch.device("cpu")),
+                )
+            ((rows, positions, locs),) = writes
+            results[path] = {
+                "placed": {
+                    int(loc): (rows[i].tolist(), int(positions[i]))
+                    for i, loc in enumerate(locs.tolist())
+                    if loc
+                },
+                "lens": lens.tolist(),
+                "draft_rows": draft_r2t.tolist(),
+            }
+        v1, v2 = results["v1_eager"], results["v2_row_index"]
+        out[name] = {
+            "same_placement": v1["placed"] == v2["placed"],
+            "placed": len(v2["placed"]),
+            "committed": sum(commit),
+            "same_lens": v1["lens"] == v2["lens"],
+            "same_draft_rows": v1["draft_rows"] == v2["draft_rows"],
+        }
+    return out
+
+
 def _future_map_facts() -> dict:
     """DFlashFutureMap: stash a result's bonus tokens, publish lengths, resolve them for the next step."""
     import torch
@@ -823,6 +896,7 @@ def main() -> None:
 
             facts["future_map_round_trip"] = _future_map_facts()
             facts["chain_verify"] = _chain_verify_facts()
+            facts["append_v2"] = _append_v2_facts()
             facts["isolation"] = _isolation_facts(prepare_server_args(dflash))
             dflash_args = prepare_server_args(dflash)
             ddtree_args = prepare_server_args([*ddtree, "--speculative-ddtree-budget", "12"])

@@ -260,3 +260,12 @@ def test_chain_verify_v2_syncs_nothing_and_writes_nothing(on: dict) -> None:
         assert c["v1_syncs"], "the counter must see v1's host copies (control)"
         assert c["syncs"] == []
         assert c["batch_untouched"]
+
+
+@pytest.mark.parametrize("case", ["three_requests_window", "full_blocks_no_window", "block8_window"])
+def test_padded_append_by_row_index_writes_what_v1_writes(on: dict, case: str) -> None:
+    """Patch dflash-overlap-step: the draft KV append taking the committed rows from the whole verify output
+    by row index (v2 cannot compact them: the counts are not on the host) against v1's eager append."""
+    got = on["append_v2"][case]
+    assert got["placed"] == got["committed"], got
+    assert got["same_placement"] and got["same_lens"] and got["same_draft_rows"], got
