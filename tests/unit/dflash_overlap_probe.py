@@ -89,8 +89,10 @@ def _algo_facts(argv: list[str]) -> dict:
         "row_headroom": get_req_to_token_extra_context_len(args),
         "verify_tokens": int(args.speculative_num_draft_tokens),
     }
+    worker_class = DFlashWorker
     try:
-        out["worker"] = algo.create_worker(args).__name__
+        worker_class = algo.create_worker(args)
+        out["worker"] = worker_class.__name__
     except ValueError as e:
         out["worker_error"] = str(e)
     # DFlashWorker's shape: the drafter's runner is `.model_runner` (EAGLE v2 nests
@@ -108,8 +110,8 @@ def _algo_facts(argv: list[str]) -> dict:
         out["draft_kv_pool_error"] = str(e)
     req_to_token_pool = types.SimpleNamespace(req_to_token=torch.zeros((4, 8), dtype=torch.int32))
     out["future_map"] = type(algo.create_future_map(torch.device("cpu"), req_to_token_pool, True)).__name__
-    try:  # a DFlashWorker start with no target worker: the switch's refusal comes first, if any
-        DFlashWorker(args, 0, 0, None, 0, 0, 0, 0, target_worker=None)
+    try:  # the worker's start with no target worker: the switch's refusal comes first, if any
+        worker_class(args, 0, 0, None, 0, 0, 0, 0, target_worker=None)
         out["worker_start"] = "started"
     except RuntimeError as e:
         out["worker_start"] = f"RuntimeError: {e}"
@@ -320,7 +322,212 @@ class _ScriptedWorker:
         )
 
 
-def _simulation(args, scenario: dict) -> dict:
+class _TargetAttnBackend:
+    """Stands for the target's attention backend; DFLASH's verify-mask policy reads only its class name."""
+
+
+_TargetAttnBackend.__name__ = "FlashInferAttnBackend"  # a backend whose chain verify needs no custom mask
+
+
+class _DFlashV2Models(_ScriptedWorker):
+    """The real DFlashWorker's steps (prefill: v1's code plus the v2 result; decode: _forward_decode_v2,
+    patch dflash-overlap-step) on a worker made without __init__, whose target and drafter are scripts:
+
+    - the target predicts each request's true next token (prompt + stream) at every verify row, and returns
+      hidden rows that encode (req_to_token row, position, token);
+    - the drafter proposes the true tokens for the first `commit - 1` drafts and a wrong one after, so each
+      verify commits what the seeded script says; its block must take the reserved slots, and the draft KV
+      it sees (written by the prefill's and the previous steps' appends, compact window or not) must hold
+      every committed position's hidden row;
+    - the fused KV write records slot -> hidden row (the drafter's KV pool).
+    TP 1 (get_tp_group is a stand-in); the LM head is the identity over a 512-token vocabulary.
+    """
+
+    def __init__(self, *a, window: int | None, req_pool, allocator, **k):
+        import torch
+        from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+        from sglang.srt.speculative import dflash_worker
+        from sglang.srt.speculative.dflash_worker import DFlashWorker
+
+        super().__init__(*a, allocator=allocator, **k)
+        dflash_worker.get_tp_group = lambda: types.SimpleNamespace(world_size=1)
+        self.req_pool = req_pool
+        self.draft_kv: dict[int, tuple] = {}
+        self.full: dict[str, list[int]] = {}
+        self.current: dict[int, object] = {}  # req_to_token row -> Req, for this forward
+        self.appended_rows = 0
+        self.check_reserved = True  # the v2 step's block and verify slots are the reserved row entries
+        self.available_at_entry = 0
+        draft_pool = req_pool
+        if window is not None:
+            draft_pool = ReqToTokenPool(
+                size=req_pool.size,
+                max_context_len=req_pool.req_to_token.shape[1],
+                device="cpu",
+                enable_memory_saver=False,
+            )
+        self.draft_pool = draft_pool
+        eye = torch.eye(512)
+        lm_head = types.SimpleNamespace(
+            weight=eye,
+            shard_indices=types.SimpleNamespace(
+                num_org_elements=512,
+                num_org_elements_padded=512,
+                num_added_elements=0,
+                org_vocab_start_index=0,
+                added_vocab_start_index=512,
+            ),
+        )
+        embedding = torch.nn.Embedding(512, 4)
+        target_model = types.SimpleNamespace(get_input_embeddings=lambda: embedding, lm_head=lm_head)
+        worker = object.__new__(DFlashWorker)
+        worker.__dict__.update(
+            device=torch.device("cpu"),
+            block_size=self.n,
+            _block_pos_offsets=torch.arange(self.n, dtype=torch.int64),
+            draft_window_size=window,
+            use_compact_draft_cache=window is not None,
+            page_size=1,
+            fast_step=True,
+            _use_fused_kv_materialize=True,
+            _fused_kv_helper=object(),
+            _warned_sampling_fallback=False,
+            _kv_append_graphs=None,
+            _chain_stage_graphs=None,
+            _mask_token_id=511,
+            _draft_block_ids_buf=None,
+            _draft_block_spec_info=None,
+            tp_rank=0,
+            model_runner=types.SimpleNamespace(device=torch.device("cpu"), attn_backend=_TargetAttnBackend()),
+            target_worker=types.SimpleNamespace(
+                model_runner=types.SimpleNamespace(model=target_model, req_to_token_pool=req_pool),
+                forward_batch_generation=self._target_forward,
+            ),
+            draft_model_runner=types.SimpleNamespace(
+                req_to_token_pool=draft_pool,
+                token_to_kv_pool_allocator=allocator,
+                forward=self._drafter_forward,
+            ),
+            draft_model=types.SimpleNamespace(project_target_hidden=lambda h: h),
+            _append_target_hidden_fused=self._record_kv,
+        )
+        self.worker = worker
+
+    def true_token(self, req, position: int) -> int:
+        full = self.full.setdefault(req.rid, list(req.origin_input_ids) + self.streams[req.rid])
+        return full[position] if position < len(full) else 0
+
+    def _record_kv(self, hidden, positions, cache_loc, max_position=None) -> None:
+        for row, position, slot in zip(hidden.tolist(), positions.tolist(), cache_loc.tolist(), strict=True):
+            if slot == 0:
+                continue  # the padding slot of the padded append
+            if int(row[1]) != position:
+                self.errors.append(f"draft KV: row for position {int(row[1])} written at position {position}")
+            self.draft_kv[slot] = (int(row[0]), int(row[1]), int(row[2]))
+            self.appended_rows += 1
+
+    def _hidden(self, rows: list[tuple[int, int, int]]):
+        import torch
+
+        return torch.tensor(rows, dtype=torch.float32)
+
+    def _target_forward(self, batch, is_verify: bool = False, **kwargs):
+        import torch
+        from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+        from sglang.srt.managers.utils import GenerationBatchResult
+
+        if not is_verify:  # prefill: every extended token's hidden row, the next token sampled
+            rows, tokens = [], []
+            for i, req in enumerate(batch.reqs):
+                row = int(batch.req_pool_indices[i])
+                start, end = batch.prefix_lens[i], int(batch.seq_lens[i])
+                rows += [(row, p, self.true_token(req, p)) for p in range(start, end)]
+                tokens.append(self.true_token(req, end))
+            return GenerationBatchResult(
+                logits_output=LogitsProcessorOutput(next_token_logits=None, hidden_states=self._hidden(rows)),
+                next_token_ids=torch.tensor(tokens, dtype=torch.int64),
+                can_run_cuda_graph=False,
+            )
+        bs, n = len(batch.reqs), self.n
+        drafts = batch.input_ids.view(bs, n).tolist()
+        logits = torch.zeros((bs * n, 512))
+        rows = []
+        window = batch.out_cache_loc.view(bs, n).tolist()
+        reserved = True
+        for i, req in enumerate(batch.reqs):
+            row, seq = int(batch.req_pool_indices[i]), int(batch.seq_lens[i])
+            if self.check_reserved and window[i] != self.req_pool.req_to_token[row, seq : seq + n].tolist():
+                self.errors.append(f"{req.rid}: verify slots {window[i]} are not the reserved row entries")
+                reserved = False
+            for d in range(n):
+                logits[i * n + d, self.true_token(req, seq + d + 1)] = 10.0
+                rows.append((row, seq + d, drafts[i][d]))
+        if self.check_reserved and self.allocator.available_size() != self.available_at_entry:
+            self.errors.append("the v2 step allocated or freed KV slots")
+            reserved = False
+        self.verify_windows += int(reserved)
+        return GenerationBatchResult(
+            logits_output=LogitsProcessorOutput(next_token_logits=logits, hidden_states=self._hidden(rows)),
+            can_run_cuda_graph=False,
+        )
+
+    def _drafter_forward(self, forward_batch):
+        import torch
+
+        bs, n = forward_batch.batch_size, self.n
+        ids = forward_batch.input_ids.view(bs, n).tolist()
+        slots = forward_batch.out_cache_loc.view(bs, n).tolist()
+        target_rows = self.req_pool.req_to_token
+        draft_rows = self.draft_pool.req_to_token
+        hidden = torch.zeros((bs * n, 512))
+        for i in range(bs):
+            row = int(forward_batch.req_pool_indices[i])
+            req = self.current[row]
+            seq = int(forward_batch.positions[i * n])
+            draft_len = int(forward_batch.seq_lens[i])
+            if ids[i][0] != self.true_token(req, seq):
+                self.errors.append(
+                    f"{req.rid}: drafter root {ids[i][0]}, expected {self.true_token(req, seq)}"
+                )
+            if self.check_reserved and slots[i] != target_rows[row, seq : seq + n].tolist():
+                self.errors.append(f"{req.rid}: drafter block slots are not the reserved ones")
+            if draft_rows[row, draft_len : draft_len + n].tolist() != slots[i]:
+                self.errors.append(f"{req.rid}: the draft row does not map the block after its {draft_len}")
+            for j in range(draft_len):  # the draft KV the block attends to
+                position = seq - draft_len + j
+                got = self.draft_kv.get(int(draft_rows[row, j]))
+                if got != (row, position, self.true_token(req, position)):
+                    self.errors.append(f"{req.rid}: draft KV at position {position} holds {got}")
+                    break
+            commit = self._commit_for(req)
+            for d in range(1, n):
+                token = self.true_token(req, seq + d)
+                hidden[i * n + d, token if d < commit else (token + 1) % 511] = 1.0
+        return types.SimpleNamespace(logits_output=types.SimpleNamespace(hidden_states=hidden))
+
+    def _commit_for(self, req) -> int:
+        script = self.commit_scripts.get(req.rid)
+        if script:
+            return min(script.pop(0) if len(script) > 1 else script[0], self.n)
+        return 1 + self.rng.randrange(self.n)
+
+    def on_verify_complete_cpu(self, num_correct_drafts_per_req, batch_size: int = 0) -> None:
+        self.worker.on_verify_complete_cpu(num_correct_drafts_per_req, batch_size)
+
+    def forward_batch_generation(self, batch, on_publish=None):
+        orchestrator = batch.sampling_info.penalizer_orchestrator
+        self.penalizer_seen.append(
+            (sorted(r.rid for r in batch.reqs), orchestrator is not None and orchestrator.is_required)
+        )
+        self.current = {int(batch.req_pool_indices[i]): req for i, req in enumerate(batch.reqs)}
+        self._check_rows(batch, batch.seq_lens.tolist())
+        if batch.forward_mode.is_decode():
+            self.steps += 1
+        self.available_at_entry = self.allocator.available_size()
+        return self.worker.forward_batch_generation(batch, on_publish=on_publish)
+
+
+def _simulation(args, scenario: dict, worker_kind: str = "script", window: int | None = None) -> dict:
     """Requests arrive, decode and finish under the overlap loop; returns what the test asserts."""
     import torch
     from sglang.srt.managers import scheduler as scheduler_module
@@ -363,7 +570,19 @@ def _simulation(args, scenario: dict) -> dict:
     errors: list[str] = []
     streams = {r["rid"]: r["stream"] for r in scenario["requests"]}
     prompt_lens = {r["rid"]: len(r["prompt"]) for r in scenario["requests"]}
-    worker = _ScriptedWorker(streams, prompt_lens, n, scenario["seed"], allocator, errors)
+    if worker_kind == "dflash_v2":
+        worker = _DFlashV2Models(
+            streams,
+            prompt_lens,
+            n,
+            scenario["seed"],
+            window=window,
+            req_pool=req_pool,
+            allocator=allocator,
+            errors=errors,
+        )
+    else:
+        worker = _ScriptedWorker(streams, prompt_lens, n, scenario["seed"], allocator, errors)
     worker.commit_scripts = {r["rid"]: list(r["commits"]) for r in scenario["requests"] if r.get("commits")}
 
     sched = types.SimpleNamespace(
@@ -515,6 +734,7 @@ def _simulation(args, scenario: dict) -> dict:
         "future_map": type(sched.future_map).__name__,
         "retracted": retracted,
         "verify_windows": worker.verify_windows,
+        "draft_kv_rows": getattr(worker, "appended_rows", None),
     }
 
 
@@ -908,6 +1128,14 @@ def main() -> None:
             facts["sim_ddtree"] = _simulation(ddtree_args, tree_scenario)
             # a KV pool too small for everyone: check_decode_mem fails and retract_decode runs
             facts["sim_dflash_tight"] = _simulation(dflash_args, {**scenario, "kv_slots": 200})
+            # the real DFlashWorker v2 step (patch dflash-overlap-step) with scripted models, window or not
+            facts["sim_dflash_v2"] = _simulation(dflash_args, scenario, worker_kind="dflash_v2")
+            facts["sim_dflash_v2_window"] = _simulation(
+                dflash_args, scenario, worker_kind="dflash_v2", window=24
+            )
+            facts["sim_dflash_v2_tight"] = _simulation(
+                dflash_args, {**scenario, "kv_slots": 200}, worker_kind="dflash_v2", window=24
+            )
             facts["sim_ddtree_tight"] = _simulation(ddtree_args, {**tree_scenario, "kv_slots": 140})
     except Exception:
         facts["probe_error"] = traceback.format_exc()

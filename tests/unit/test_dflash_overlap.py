@@ -92,13 +92,15 @@ def test_switch_on_keeps_overlap_and_makes_spec_v2(on: dict, algo: str, verify_t
     assert got["row_headroom"] == 4 + 2 * verify_tokens
 
 
-def test_switch_on_worker_refuses_at_start_until_the_v2_step_exists(on: dict) -> None:
-    for algo in ("dflash", "ddtree"):
-        message = on[f"algo_{algo}"]["worker_start"]
-        assert message.startswith(
-            "RuntimeError: SGLANG_DFLASH_OVERLAP=1: DFlashWorker has no spec-v2 decode step"
-        )
-        assert "--disable-overlap-schedule" in message
+def test_switch_on_dflash_starts_and_ddtree_refuses_until_its_tree_step_exists(on: dict) -> None:
+    """DFLASH's chain has its v2 step (patch dflash-overlap-step): the worker goes on to read its target.
+    DDTREE's tree verify is still spec-v1: refused at start, before anything is built."""
+    assert on["algo_dflash"]["worker_start"] == "past the switch"
+    message = on["algo_ddtree"]["worker_start"]
+    assert message.startswith(
+        "RuntimeError: SGLANG_DFLASH_OVERLAP=1: DDTreeWorker has no spec-v2 decode step"
+    )
+    assert "--disable-overlap-schedule" in message
 
 
 def test_switch_on_with_page_size_64_is_refused_with_one_warning(on: dict) -> None:
@@ -172,7 +174,17 @@ def test_forward_copy_still_drops_the_orchestrator_for_eagle(on: dict) -> None:
     )
 
 
-SIMULATIONS = ["dflash", "ddtree", "dflash_tight", "ddtree_tight"]
+# dflash_v2*: the real DFlashWorker steps (prefill, _forward_decode_v2) on scripted models, compact draft
+# window (24) or none; the others: a scripted worker
+SIMULATIONS = [
+    "dflash",
+    "ddtree",
+    "dflash_tight",
+    "ddtree_tight",
+    "dflash_v2",
+    "dflash_v2_window",
+    "dflash_v2_tight",
+]
 
 
 @pytest.mark.parametrize("algo", SIMULATIONS)
@@ -212,7 +224,7 @@ def test_simulation_leaks_no_slot_and_stays_inside_the_row(on: dict, algo: str) 
 
 
 def test_simulation_sees_penalties_inside_every_forward_with_a_penalized_request(on: dict) -> None:
-    for algo in ("dflash", "ddtree"):
+    for algo in ("dflash", "ddtree", "dflash_v2"):
         seen = on[f"sim_{algo}"]["penalizer_seen"]
         with_d = [flag for rids, flag in seen if "d" in rids]
         without_d = [flag for rids, flag in seen if "d" not in rids]
@@ -223,9 +235,10 @@ def test_simulation_sees_penalties_inside_every_forward_with_a_penalized_request
 def test_tight_pool_retracts_and_still_decodes_like_plain_decoding(on: dict) -> None:
     """A 200-slot KV pool: check_decode_mem fails, the real retract_decode releases a request (its reserved
     slots included) while its step is in flight; it is prefilled again with its output and finishes."""
-    sim = on["sim_dflash_tight"]
-    assert sim["retracted"], "the tight pool should force a retraction"
-    assert sim["errors"] == [] and sim["kv_available"][0] == sim["kv_available"][1]
+    for algo in ("dflash_tight", "dflash_v2_tight"):
+        sim = on[f"sim_{algo}"]
+        assert sim["retracted"], "the tight pool should force a retraction"
+        assert sim["errors"] == [] and sim["kv_available"][0] == sim["kv_available"][1]
 
 
 FINISHING = 3  # the chain-verify request that v1 finishes after 2 tokens
@@ -269,3 +282,14 @@ def test_padded_append_by_row_index_writes_what_v1_writes(on: dict, case: str) -
     got = on["append_v2"][case]
     assert got["placed"] == got["committed"], got
     assert got["same_placement"] and got["same_lens"] and got["same_draft_rows"], got
+
+
+@pytest.mark.parametrize("algo", ["dflash_v2", "dflash_v2_window", "dflash_v2_tight"])
+def test_real_v2_step_feeds_the_drafter_every_committed_position(on: dict, algo: str) -> None:
+    """The real DFlashWorker v2 step under the overlap loop: at every block the scripted drafter checks that
+    its root is the relayed bonus, its slots are the reserved ones, and the draft KV it attends to (the
+    compact window or the whole row) holds each committed position's target hidden row, written by the padded
+    append of the prefill and of every earlier step (errors would name the position)."""
+    sim = on[f"sim_{algo}"]
+    assert sim["errors"] == []
+    assert sim["draft_kv_rows"] >= sum(len(tokens) for tokens in sim["outputs"].values())
