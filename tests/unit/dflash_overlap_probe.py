@@ -146,6 +146,11 @@ def _refusal_reasons() -> dict:
 
 
 def _assign_reference(req_pool_indices, req_to_token, start, end, out_cache_loc, bs) -> None:
+    with _uncounted():  # stands for a Triton kernel launch (no host sync)
+        _assign_loop(req_pool_indices, req_to_token, start, end, out_cache_loc, bs)
+
+
+def _assign_loop(req_pool_indices, req_to_token, start, end, out_cache_loc, bs) -> None:
     """Torch stand-in for SGLang's Triton assign_req_to_token_pool kernel (Triton needs a GPU)."""
     offset = 0
     for i in range(bs):
@@ -380,6 +385,12 @@ class _DFlashV2Models(_ScriptedWorker):
         )
         embedding = torch.nn.Embedding(512, 4)
         target_model = types.SimpleNamespace(get_input_embeddings=lambda: embedding, lm_head=lm_head)
+        target_runner = types.SimpleNamespace(
+            device=torch.device("cpu"),
+            attn_backend=_TargetAttnBackend(),
+            model=target_model,
+            req_to_token_pool=req_pool,
+        )
         worker = object.__new__(DFlashWorker)
         worker.__dict__.update(
             device=torch.device("cpu"),
@@ -392,15 +403,16 @@ class _DFlashV2Models(_ScriptedWorker):
             _use_fused_kv_materialize=True,
             _fused_kv_helper=object(),
             _warned_sampling_fallback=False,
+            _logged_first_verify=True,
             _kv_append_graphs=None,
             _chain_stage_graphs=None,
             _mask_token_id=511,
             _draft_block_ids_buf=None,
             _draft_block_spec_info=None,
             tp_rank=0,
-            model_runner=types.SimpleNamespace(device=torch.device("cpu"), attn_backend=_TargetAttnBackend()),
+            model_runner=target_runner,
             target_worker=types.SimpleNamespace(
-                model_runner=types.SimpleNamespace(model=target_model, req_to_token_pool=req_pool),
+                model_runner=target_runner,
                 forward_batch_generation=self._target_forward,
             ),
             draft_model_runner=types.SimpleNamespace(
@@ -418,6 +430,10 @@ class _DFlashV2Models(_ScriptedWorker):
         return full[position] if position < len(full) else 0
 
     def _record_kv(self, hidden, positions, cache_loc, max_position=None) -> None:
+        with _uncounted():
+            self._record_kv_rows(hidden, positions, cache_loc)
+
+    def _record_kv_rows(self, hidden, positions, cache_loc) -> None:
         for row, position, slot in zip(hidden.tolist(), positions.tolist(), cache_loc.tolist(), strict=True):
             if slot == 0:
                 continue  # the padding slot of the padded append
@@ -432,6 +448,10 @@ class _DFlashV2Models(_ScriptedWorker):
         return torch.tensor(rows, dtype=torch.float32)
 
     def _target_forward(self, batch, is_verify: bool = False, **kwargs):
+        with _uncounted():
+            return self._target_script(batch, is_verify)
+
+    def _target_script(self, batch, is_verify: bool):
         import torch
         from sglang.srt.layers.logits_processor import LogitsProcessorOutput
         from sglang.srt.managers.utils import GenerationBatchResult
@@ -472,6 +492,10 @@ class _DFlashV2Models(_ScriptedWorker):
         )
 
     def _drafter_forward(self, forward_batch):
+        with _uncounted():
+            return self._drafter_script(forward_batch)
+
+    def _drafter_script(self, forward_batch):
         import torch
 
         bs, n = forward_batch.batch_size, self.n
@@ -879,6 +903,119 @@ class _SyncCounter:
             setattr(torch.Tensor, name, original)
 
 
+_ACTIVE_COUNTERS: list = []
+
+
+@contextlib.contextmanager
+def _uncounted():
+    """The scripted models stand for GPU kernels: their host reads are the script's, not the step's."""
+    saved = [c.paused for c in _ACTIVE_COUNTERS]
+    for c in _ACTIVE_COUNTERS:
+        c.paused = True
+    try:
+        yield
+    finally:
+        for c, was in zip(_ACTIVE_COUNTERS, saved, strict=True):
+            c.paused = was
+
+
+def _device_sync_counter():
+    """A TorchFunctionMode that counts what would copy device data to the host on a GPU, in one step of
+    the worker (the scripted models are not counted, see _uncounted).
+
+    On CPU every tensor is a host tensor, so the host ones are tagged (_HostTensor; the tag follows every
+    op): what the caller marks (batch.seq_lens_cpu, the worker's host buffer) and what a D2H copy returns.
+    Every other tensor stands for a device tensor (conservative: a host tensor made inside the step counts as
+    one). Counted on those:
+    item/tolist/numpy/cpu, bool/int/float/index conversions, .to("cpu"), a host tensor's copy_ from a device
+    one, and the ops whose output size depends on the data (nonzero, masked_select, unique,
+    repeat_interleave without output_size, one-argument where, boolean-mask indexing)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class _HostTensor(torch.Tensor):
+        pass
+
+    d2h = {"item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__"}
+    data_sized = {"nonzero", "argwhere", "masked_select", "unique", "unique_consecutive"}
+
+    def is_device(x) -> bool:
+        return isinstance(x, torch.Tensor) and not isinstance(x, _HostTensor)
+
+    def to_host(out):
+        return out.as_subclass(_HostTensor) if isinstance(out, torch.Tensor) else out
+
+    def bool_index(index) -> bool:
+        parts = index if isinstance(index, tuple) else (index,)
+        return any(isinstance(p, torch.Tensor) and p.dtype == torch.bool for p in parts)
+
+    class Counter(TorchFunctionMode):
+        HostTensor = _HostTensor
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[str] = []
+            self.paused = False
+
+        def __enter__(self):
+            _ACTIVE_COUNTERS.append(self)
+            return super().__enter__()
+
+        def __exit__(self, *exc):
+            _ACTIVE_COUNTERS.remove(self)
+            return super().__exit__(*exc)
+
+        def host(self, tensor):
+            """Mark a tensor as a host tensor (what the step reads from the host: seq_lens_cpu...)."""
+            return to_host(tensor)
+
+        def _reason(self, name: str, args, kwargs) -> str | None:
+            first = args[0] if args else None
+            if name in d2h and is_device(first):
+                return name
+            if name == "to" and is_device(first):
+                target = kwargs.get("device", args[1] if len(args) > 1 else None)
+                if isinstance(target, str) and target.startswith("cpu"):
+                    return 'to("cpu")'
+            if name == "copy_" and isinstance(first, _HostTensor) and len(args) > 1 and is_device(args[1]):
+                return "copy_ into a host tensor"
+            if name in data_sized and is_device(first):
+                return name
+            if name == "repeat_interleave" and is_device(first) and kwargs.get("output_size") is None:
+                return "repeat_interleave without output_size"
+            if name == "where" and len(args) == 1 and is_device(first):
+                return "where(condition)"
+            if name in ("__getitem__", "__setitem__", "index_put_") and is_device(first):
+                index = args[1] if len(args) > 1 else None
+                if bool_index(index):
+                    return f"{name} with a boolean mask"
+            return None
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            name = getattr(func, "__name__", "")
+            reason = self._reason(name, args, kwargs)
+            if reason is not None and not self.paused:
+                self.calls.append(f"{reason} at {_caller()}")
+            out = func(*args, **kwargs)
+            if name in ("cpu", "numpy") or reason == 'to("cpu")':  # a device-to-host copy's result
+                return to_host(out)
+            return out
+
+    return Counter()
+
+
+def _caller() -> str:
+    """The innermost sglang frame: where the counted call is."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if "/sglang/" in frame.f_code.co_filename:
+            path = frame.f_code.co_filename.split("/sglang/", 1)[1]
+            return f"{path}:{frame.f_lineno} {frame.f_code.co_name}"
+        frame = frame.f_back
+    return "?"
+
+
 def _chain_verify_facts() -> dict:
     """verify_chain_v2 against v1's DFlashVerifyInput.verify on the same drafts and logits (greedy): the same
     accepted tokens, commit lengths, bonus and new lengths for requests that do not finish; no host sync,
@@ -967,6 +1104,163 @@ def _chain_verify_facts() -> dict:
             }
         )
     return {"cases": cases}
+
+
+PAIR_COMMITS = {"a": 3, "b": 8, "c": 1}  # tokens committed by the compared step (N = 8: every draft for b)
+
+
+def _pair_rig(args, window: int | None, verify_slots: list[list[int]] | None = None) -> dict:
+    """One DFLASH decode step of the real DFlashWorker from the same state, v1 or v2 (which the global server
+    arguments decide: spec v2 <=> switch and overlap on): three requests prefilled by the worker's real
+    prefill step on the real ScheduleBatch / Req / pools, their first emitted token appended as the result
+    processor does, then prepare_for_decode (v2: the real reservation) and one decode step, counted by
+    _device_sync_counter. The models are _DFlashV2Models' scripts. For v1, `verify_slots` (the slots the v2
+    run reserved for each verify window) are put first in the allocator's free list, so v1's block and verify
+    allocations take the very same slots and the two runs can be compared slot for slot."""
+    import torch
+    from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+    from sglang.srt.mem_cache import common as mem_common
+    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+    from sglang.srt.mem_cache.chunk_cache import ChunkCache
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+    from sglang.srt.sampling.sampling_params import SamplingParams
+    from sglang.srt.server_args import set_global_server_args_for_scheduler
+    from sglang.srt.speculative import dflash_info, dflash_info_v2, dflash_step_host, dflash_worker
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    set_global_server_args_for_scheduler(args)
+    mem_common.support_triton = lambda backend: False
+    for module in (dflash_info, dflash_info_v2, dflash_worker):
+        module.assign_req_to_token_pool_func = _assign_reference
+    algo = SpeculativeAlgorithm.from_string("DFLASH")
+    v2 = algo.supports_spec_v2()
+    n = int(args.speculative_num_draft_tokens)
+    rng = random.Random(3)
+    prompts = {"a": [5, 6, 7, 8, 9], "b": [9] * 30, "c": [3, 4]}
+    streams = {rid: [rng.randrange(10, 500) for _ in range(40)] for rid in prompts}
+    req_pool = ReqToTokenPool(
+        size=8,
+        max_context_len=96 + mem_common.get_req_to_token_extra_context_len(args),
+        device="cpu",
+        enable_memory_saver=False,
+    )
+    allocator = TokenToKVPoolAllocator(512, torch.bfloat16, "cpu", None, False)
+    cache = ChunkCache(
+        CacheInitParams(
+            disable=True, req_to_token_pool=req_pool, token_to_kv_pool_allocator=allocator, page_size=1
+        )
+    )
+    model_config = types.SimpleNamespace(vocab_size=512, is_encoder_decoder=False, context_len=96)
+    errors: list[str] = []
+    models = _DFlashV2Models(
+        streams,
+        {rid: len(p) for rid, p in prompts.items()},
+        n,
+        0,
+        window=window,
+        req_pool=req_pool,
+        allocator=allocator,
+        errors=errors,
+    )
+    models.commit_scripts = {rid: [c] for rid, c in PAIR_COMMITS.items()}
+    models.check_reserved = v2
+    reqs = []
+    for rid, prompt in prompts.items():
+        params = SamplingParams(max_new_tokens=40, temperature=0)
+        params.normalize(None)
+        params.verify(512)
+        req = Req(rid, "", array("q", prompt), params, vocab_size=512, eos_token_ids={2})
+        req.init_next_round_input(cache)
+        req.fill_len = len(req.full_untruncated_fill_ids)
+        reqs.append(req)
+    batch = ScheduleBatch.init_new(reqs, req_pool, allocator, cache, model_config, v2, algo)
+    batch.prepare_for_extend()
+    models.current = {int(batch.req_pool_indices[i]): req for i, req in enumerate(reqs)}
+    published: list = []
+    prefill = models.worker.forward_batch_generation(batch, on_publish=published.append)
+    for req, token in zip(reqs, prefill.next_token_ids.tolist(), strict=True):
+        req.output_ids.append(int(token))  # what the result processor appends after a prefill
+    if v2:  # what run_batch and the FutureMap hand the next step
+        batch.spec_info = prefill.next_draft_input
+        batch.spec_info.future_indices = batch.req_pool_indices
+    batch.input_ids = None
+    batch.prepare_for_decode()
+    bs, rows = len(reqs), [int(r) for r in batch.req_pool_indices]
+    seq = batch.seq_lens.tolist()
+    if verify_slots is not None:
+        wanted = [slot for slots in verify_slots for slot in slots]
+        rest = [slot for slot in allocator.free_pages.tolist() if slot not in set(wanted)]
+        allocator.free_pages = torch.tensor(wanted + rest, dtype=allocator.free_pages.dtype)
+    reserved = [req_pool.req_to_token[rows[i], seq[i] : seq[i] + n].tolist() for i in range(bs)]
+    draft_kv_before = dict(models.draft_kv)
+    # the compact-row rewrite's torch path stands for its Triton kernel (dflash_step_host picks the kernel on
+    # a GPU); uncounted like the scripted models
+    torch_rewrite = dflash_step_host._rewrite_compact_rows_torch
+
+    def rewrite_as_kernel(*a, **k):
+        with _uncounted():
+            return torch_rewrite(*a, **k)
+
+    dflash_step_host._rewrite_compact_rows_torch = rewrite_as_kernel
+    counter = _device_sync_counter()
+    batch.seq_lens_cpu = counter.host(batch.seq_lens_cpu)
+    models.worker._ensure_draft_block_buffers(bs)
+    models.worker._draft_seq_lens_cpu_buf = counter.host(models.worker._draft_seq_lens_cpu_buf)
+    models.available_at_entry = allocator.available_size()
+    step_published: list = []
+    try:
+        with counter:
+            result = models.worker.forward_batch_generation(batch, on_publish=step_published.append)
+    finally:
+        dflash_step_host._rewrite_compact_rows_torch = torch_rewrite
+    if v2:
+        commit = result.accept_lens.tolist()
+        out = result.next_token_ids.view(bs, n)
+        tokens = [out[i, : commit[i]].tolist() for i in range(bs)]
+        new_lens = result.new_seq_lens.tolist()
+        bonus = result.next_draft_input.bonus_tokens.tolist()
+    else:
+        tokens = [list(req.output_ids[1:]) for req in reqs]
+        new_lens = batch.seq_lens.tolist()
+        bonus = result.next_token_ids.tolist()
+    draft_rows = models.draft_pool.req_to_token
+    draft_lens = [min(length, window) if window else length for length in new_lens]
+    return {
+        "v2": v2,
+        "errors": errors,
+        "published_prefill": [t.tolist() for t in published],
+        "published_step": [t.tolist() for t in step_published],
+        "tokens": tokens,
+        "expected_tokens": [streams[rid][1 : 1 + PAIR_COMMITS[rid]] for rid in prompts],
+        "new_lens": new_lens,
+        "bonus": bonus,
+        "reserved_before": reserved,
+        "kv_slots": [req_pool.req_to_token[rows[i], : new_lens[i]].tolist() for i in range(bs)],
+        "draft_rows": [draft_rows[rows[i], : draft_lens[i]].tolist() for i in range(bs)],
+        "draft_kv_written": {
+            str(slot): list(content)
+            for slot, content in models.draft_kv.items()
+            if draft_kv_before.get(slot) != content
+        },
+        "requests_untouched": [list(req.output_ids) for req in reqs] == [[streams[r][0]] for r in prompts],
+        "syncs": counter.calls,
+        "kv_available": allocator.available_size(),
+    }
+
+
+def _step_pair_facts(v2_args, v1_args, window: int | None) -> dict:
+    """The same decode step, v2 then v1 on the v2 run's verify slots (see _pair_rig); and the counter's own
+    control: it must count a device tensor's .item() and not a host-marked one's."""
+    import torch
+
+    v2 = _pair_rig(v2_args, window)
+    v1 = _pair_rig(v1_args, window, verify_slots=v2["reserved_before"])
+    control = _device_sync_counter()
+    with control:
+        torch.arange(3).sum().item()
+        int(control.host(torch.arange(3)).sum())
+    return {"v2": v2, "v1": v1, "counter_control": len(control.calls)}
 
 
 def _append_v2_facts() -> dict:
@@ -1137,6 +1431,10 @@ def main() -> None:
                 dflash_args, {**scenario, "kv_slots": 200}, worker_kind="dflash_v2", window=24
             )
             facts["sim_ddtree_tight"] = _simulation(ddtree_args, {**tree_scenario, "kv_slots": 140})
+            # one v2 step against one v1 step of the real DFlashWorker, from the same state
+            v1_args = prepare_server_args([*dflash, "--disable-overlap-schedule"])
+            facts["step_pair"] = _step_pair_facts(dflash_args, v1_args, None)
+            facts["step_pair_window"] = _step_pair_facts(dflash_args, v1_args, 16)
     except Exception:
         facts["probe_error"] = traceback.format_exc()
     print("DFLASH-OVERLAP-PROBE " + json.dumps(facts))

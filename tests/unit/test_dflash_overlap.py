@@ -293,3 +293,48 @@ def test_real_v2_step_feeds_the_drafter_every_committed_position(on: dict, algo:
     sim = on[f"sim_{algo}"]
     assert sim["errors"] == []
     assert sim["draft_kv_rows"] >= sum(len(tokens) for tokens in sim["outputs"].values())
+
+
+PAIRS = ["step_pair", "step_pair_window"]  # no draft window; a compact draft window of 16
+
+
+@pytest.mark.parametrize("case", PAIRS)
+def test_one_v2_step_commits_what_one_v1_step_commits(on: dict, case: str) -> None:
+    """The real DFlashWorker, one decode step from the same prefilled state (three requests committing 3, all
+    8 and 1 tokens; scripted target and drafter): v2 (_forward_decode_v2 on the reserved slots) and v1 (its
+    allocator handing out the same slots) commit the same tokens, lengths and bonus, map the same KV slots,
+    write the same draft KV (slot -> target hidden row) and draft rows; v2 leaves the requests to the
+    scheduler and publishes the new lengths."""
+    v1, v2 = on[case]["v1"], on[case]["v2"]
+    assert (v1["v2"], v2["v2"]) == (False, True)
+    assert v1["errors"] == [] and v2["errors"] == []
+    assert v2["tokens"] == v1["tokens"] == v2["expected_tokens"]
+    commits = [len(tokens) for tokens in v2["tokens"]]
+    assert commits == [3, 8, 1]
+    assert v2["new_lens"] == v1["new_lens"] == [5 + 3, 30 + 8, 2 + 1]
+    assert v2["bonus"] == v1["bonus"] == [tokens[-1] for tokens in v2["tokens"]]
+    assert v2["kv_slots"] == v1["kv_slots"]
+    for slots, reserved, commit, new_len in zip(
+        v2["kv_slots"], v2["reserved_before"], commits, v2["new_lens"], strict=True
+    ):
+        assert slots[new_len - commit :] == reserved[:commit], "the committed rows sit in the reserved slots"
+    assert v2["draft_rows"] == v1["draft_rows"]
+    assert v2["draft_kv_written"] == v1["draft_kv_written"]
+    assert len(v2["draft_kv_written"]) == sum(commits), "one draft KV row per committed token"
+    assert v2["published_prefill"] == [[5, 30, 2]] and v2["published_step"] == [v2["new_lens"]]
+    assert v2["requests_untouched"] and not v1["requests_untouched"]
+
+
+@pytest.mark.parametrize("case", PAIRS)
+def test_one_v2_step_copies_nothing_from_the_device(
+    on: dict, case: str, capsys: pytest.CaptureFixture
+) -> None:
+    """Device-to-host copies (item, tolist, cpu, bool/int of a tensor, .to("cpu"), data-sized ops...)
+    counted by a TorchFunctionMode over one decode step of the real worker (the scripted models and the
+    torch stand-ins of Triton kernels uncounted; host tensors tagged). v1's count is the contrast."""
+    pair = on[case]
+    assert pair["counter_control"] == 1, "the counter must count a device .item() and skip a host one"
+    with capsys.disabled():
+        print(f"\n{case}: v1 step host syncs {len(pair['v1']['syncs'])}: {pair['v1']['syncs']}")
+    assert pair["v1"]["syncs"], "v1's step copies to the host (verify's .cpu()): the counter must see it"
+    assert pair["v2"]["syncs"] == []
