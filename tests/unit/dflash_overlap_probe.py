@@ -16,7 +16,10 @@ Stand-ins, where the real part needs a GPU or a model:
   control or retraction; metrics and output streaming are no-ops; the model is a script (each request's
   target output is a fixed token stream, acceptance lengths come from a seeded RNG); the Triton
   req_to_token writes are SGLang's own torch fallback (support_triton False) and a torch loop for
-  assign_req_to_token_pool (Triton kernels need a GPU).
+  assign_req_to_token_pool (Triton kernels need a GPU);
+- the real DFlashWorker's steps (patch dflash-overlap-step) run on a worker made without __init__ (it loads
+  a drafter on a GPU) whose target, drafter, embedding/LM head and fused draft KV write are scripts
+  (_DFlashV2Models); the compact-row rewrite runs its torch path (its Triton kernel needs a GPU).
 """
 
 from __future__ import annotations
