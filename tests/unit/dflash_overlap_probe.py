@@ -1172,7 +1172,8 @@ def _pair_rig(args, window: int | None, verify_slots: list[list[int]] | None = N
     models.check_reserved = v2
     reqs = []
     for rid, prompt in prompts.items():
-        params = SamplingParams(max_new_tokens=40, temperature=0)
+        penalty = {"frequency_penalty": 0.5} if rid == "a" else {}  # the verify adjusts and feeds penalties
+        params = SamplingParams(max_new_tokens=40, temperature=0, **penalty)
         params.normalize(None)
         params.verify(512)
         req = Req(rid, "", array("q", prompt), params, vocab_size=512, eos_token_ids={2})
@@ -1229,6 +1230,9 @@ def _pair_rig(args, window: int | None, verify_slots: list[list[int]] | None = N
         tokens = [list(req.output_ids[1:]) for req in reqs]
         new_lens = batch.seq_lens.tolist()
         bonus = result.next_token_ids.tolist()
+    penalizers = batch.sampling_info.penalizer_orchestrator.penalizers.values()
+    (frequency,) = [p for p in penalizers if type(p).__name__ == "BatchedFrequencyPenalizer"]
+    cumulated = frequency.cumulated_frequency_penalties if frequency.is_prepared() else None
     draft_rows = models.draft_pool.req_to_token
     draft_lens = [min(length, window) if window else length for length in new_lens]
     return {
@@ -1248,6 +1252,12 @@ def _pair_rig(args, window: int | None, verify_slots: list[list[int]] | None = N
             for slot, content in models.draft_kv.items()
             if draft_kv_before.get(slot) != content
         },
+        "frequency_fed": None
+        if cumulated is None
+        else [
+            {str(t): round(float(cumulated[i, t]), 4) for t in torch.nonzero(cumulated[i]).view(-1).tolist()}
+            for i in range(bs)
+        ],
         "requests_untouched": [list(req.output_ids) for req in reqs] == [[streams[r][0]] for r in prompts],
         "syncs": counter.calls,
         "kv_available": allocator.available_size(),

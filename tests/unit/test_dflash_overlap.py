@@ -305,10 +305,10 @@ PAIRS = ["step_pair", "step_pair_window"]  # no draft window; a compact draft wi
 @pytest.mark.parametrize("case", PAIRS)
 def test_one_v2_step_commits_what_one_v1_step_commits(on: dict, case: str) -> None:
     """The real DFlashWorker, one decode step from the same prefilled state (three requests committing 3, all
-    8 and 1 tokens; scripted target and drafter): v2 (_forward_decode_v2 on the reserved slots) and v1 (its
-    allocator handing out the same slots) commit the same tokens, lengths and bonus, map the same KV slots,
-    write the same draft KV (slot -> target hidden row) and draft rows; v2 leaves the requests to the
-    scheduler and publishes the new lengths."""
+    8 and 1 tokens, the first with a frequency penalty; scripted target and drafter): v2 (_forward_decode_v2
+    on the reserved slots) and v1 (its allocator handing out the same slots) commit the same tokens, lengths
+    and bonus, map the same KV slots, write the same draft KV (slot -> target hidden row) and draft rows,
+    feed the penalizer the same tokens; v2 leaves the requests to the scheduler and publishes the lengths."""
     v1, v2 = on[case]["v1"], on[case]["v2"]
     assert (v1["v2"], v2["v2"]) == (False, True)
     assert v1["errors"] == [] and v2["errors"] == []
@@ -325,6 +325,8 @@ def test_one_v2_step_commits_what_one_v1_step_commits(on: dict, case: str) -> No
     assert v2["draft_rows"] == v1["draft_rows"]
     assert v2["draft_kv_written"] == v1["draft_kv_written"]
     assert len(v2["draft_kv_written"]) == sum(commits), "one draft KV row per committed token"
+    # request a has a frequency penalty: the verify feeds its committed chain rows (root, accepted drafts)
+    assert v2["frequency_fed"] == v1["frequency_fed"] and len(v2["frequency_fed"][0]) == commits[0]
     assert v2["published_prefill"] == [[5, 30, 2]] and v2["published_step"] == [v2["new_lens"]]
     assert v2["requests_untouched"] and not v1["requests_untouched"]
 
