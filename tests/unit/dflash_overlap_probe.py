@@ -210,6 +210,10 @@ class _ScriptedWorker:
         free = self._free_slots()
         width = rows.shape[1]
         held: dict[int, str] = {}
+        shared: set[int] = set()  # slots of radix-cached prefixes, which requests may share
+        for req in batch.reqs:
+            if req.prefix_indices is not None:
+                shared.update(int(s) for s in req.prefix_indices.tolist())
         for i, req in enumerate(batch.reqs):
             row = int(batch.req_pool_indices[i])
             end = seq_lens[i] + (self.n if batch.forward_mode.is_decode() else 0)
@@ -226,7 +230,7 @@ class _ScriptedWorker:
             for s in slots:
                 if s in free:
                     self.errors.append(f"{req.rid}: slot {s} is used but free in the allocator")
-                if s in held and held[s] != req.rid:
+                if s in held and held[s] != req.rid and s not in shared:
                     self.errors.append(f"slot {s} used by {held[s]} and {req.rid}")
                 held[s] = req.rid
 
@@ -361,6 +365,7 @@ class _DFlashV2Models(_ScriptedWorker):
         dflash_worker.get_tp_group = lambda: types.SimpleNamespace(world_size=1)
         self.req_pool = req_pool
         self.draft_kv: dict[int, tuple] = {}
+        self.target_kv: dict[int, tuple] = {}  # slot -> (position, token) the target's KV there holds
         self.full: dict[str, list[int]] = {}
         self.current: dict[int, object] = {}  # req_to_token row -> Req, for this forward
         self.appended_rows = 0
@@ -459,13 +464,17 @@ class _DFlashV2Models(_ScriptedWorker):
         from sglang.srt.layers.logits_processor import LogitsProcessorOutput
         from sglang.srt.managers.utils import GenerationBatchResult
 
+        table = self.req_pool.req_to_token
         if not is_verify:  # prefill: every extended token's hidden row, the next token sampled
             rows, tokens = [], []
             for i, req in enumerate(batch.reqs):
                 row = int(batch.req_pool_indices[i])
                 start, end = batch.prefix_lens[i], int(batch.seq_lens[i])
+                self._check_target_kv(req, row, start)  # a cached prefix must hold this request's tokens
                 rows += [(row, p, self.true_token(req, p)) for p in range(start, end)]
                 tokens.append(self.true_token(req, end))
+                for p in range(start, end):
+                    self.target_kv[int(table[row, p])] = (p, self.true_token(req, p))
             return GenerationBatchResult(
                 logits_output=LogitsProcessorOutput(next_token_logits=None, hidden_states=self._hidden(rows)),
                 next_token_ids=torch.tensor(tokens, dtype=torch.int64),
@@ -482,6 +491,9 @@ class _DFlashV2Models(_ScriptedWorker):
             if self.check_reserved and window[i] != self.req_pool.req_to_token[row, seq : seq + n].tolist():
                 self.errors.append(f"{req.rid}: verify slots {window[i]} are not the reserved row entries")
                 reserved = False
+            self._check_target_kv(req, row, seq)
+            for d in range(n):  # the verify writes each fed token's KV at its position
+                self.target_kv[window[i][d]] = (seq + d, drafts[i][d])
             # a model fed a wrong root (a lost bonus) continues from it: the script then predicts other tokens
             shift = 0 if drafts[i][0] == self.true_token(req, seq) else 1
             for d in range(n):
@@ -525,7 +537,8 @@ class _DFlashV2Models(_ScriptedWorker):
             for j in range(draft_len):  # the draft KV the block attends to
                 position = seq - draft_len + j
                 got = self.draft_kv.get(int(draft_rows[row, j]))
-                if got != (row, position, self.true_token(req, position)):
+                # (position, token): with the radix cache the row that wrote a shared prefix is another's
+                if got is None or got[1:] != (position, self.true_token(req, position)):
                     self.errors.append(f"{req.rid}: draft KV at position {position} holds {got}")
                     break
             commit = self._commit_for(req)
@@ -533,6 +546,16 @@ class _DFlashV2Models(_ScriptedWorker):
                 token = self.true_token(req, seq + d)
                 hidden[i * n + d, token if d < commit else (token + 1) % 511] = 1.0
         return types.SimpleNamespace(logits_output=types.SimpleNamespace(hidden_states=hidden))
+
+    def _check_target_kv(self, req, row: int, length: int) -> None:
+        """The target attends to the KV of positions 0 .. length - 1 through the request's row: each slot must
+        hold that position's token of this request (a prefix from the radix cache included)."""
+        table = self.req_pool.req_to_token
+        for p in range(length):
+            got = self.target_kv.get(int(table[row, p]))
+            if got != (p, self.true_token(req, p)):
+                self.errors.append(f"{req.rid}: target KV at position {p} holds {got}")
+                return
 
     def _commit_for(self, req) -> int:
         script = self.commit_scripts.get(req.rid)
@@ -556,7 +579,9 @@ class _DFlashV2Models(_ScriptedWorker):
         return self.worker.forward_batch_generation(batch, on_publish=on_publish)
 
 
-def _simulation(args, scenario: dict, worker_kind: str = "script", window: int | None = None) -> dict:
+def _simulation(
+    args, scenario: dict, worker_kind: str = "script", window: int | None = None, radix: bool = False
+) -> dict:
     """Requests arrive, decode and finish under the overlap loop; returns what the test asserts."""
     import torch
     from sglang.srt.managers import scheduler as scheduler_module
@@ -564,9 +589,11 @@ def _simulation(args, scenario: dict, worker_kind: str = "script", window: int |
     from sglang.srt.managers.scheduler_components.batch_result_processor import SchedulerBatchResultProcessor
     from sglang.srt.mem_cache import common as mem_common
     from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams
     from sglang.srt.mem_cache.cache_init_params import CacheInitParams
     from sglang.srt.mem_cache.chunk_cache import ChunkCache
     from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+    from sglang.srt.mem_cache.radix_cache import RadixCache
     from sglang.srt.sampling.sampling_params import SamplingParams
     from sglang.srt.server_args import set_global_server_args_for_scheduler
     from sglang.srt.speculative import dflash_info_v2
@@ -586,12 +613,20 @@ def _simulation(args, scenario: dict, worker_kind: str = "script", window: int |
     )
     pool_size = scenario["kv_slots"]
     allocator = TokenToKVPoolAllocator(pool_size, torch.bfloat16, "cpu", None, False)
-    cache = ChunkCache(
-        CacheInitParams(
-            disable=True, req_to_token_pool=req_pool, token_to_kv_pool_allocator=allocator, page_size=1
+    if radix:
+        cache = RadixCache(
+            CacheInitParams(
+                disable=False, req_to_token_pool=req_pool, token_to_kv_pool_allocator=allocator, page_size=1
+            )
         )
-    )
+    else:
+        cache = ChunkCache(
+            CacheInitParams(
+                disable=True, req_to_token_pool=req_pool, token_to_kv_pool_allocator=allocator, page_size=1
+            )
+        )
     start_available = allocator.available_size()
+    prefix_hits: dict[str, int] = {}
     start_req_slots = req_pool.available_size()
     model_config = types.SimpleNamespace(
         vocab_size=512, is_encoder_decoder=False, context_len=context, think_end_id=None
@@ -680,6 +715,9 @@ def _simulation(args, scenario: dict, worker_kind: str = "script", window: int |
             if need > free:
                 break
             free -= need
+            if radix:  # what PrefillAdder does for an admitted request: lock its cached prefix
+                cache.inc_lock_ref(req.last_node)
+                prefix_hits[req.rid] = prefix_hits.get(req.rid, 0) + len(req.prefix_indices)
             admitted.append(req)
             waiting.remove(req)
         return admitted
@@ -746,6 +784,12 @@ def _simulation(args, scenario: dict, worker_kind: str = "script", window: int |
 
     if iteration >= 400:
         errors.append("the requests did not finish within 400 iterations")
+    cached_tokens = 0
+    if radix:  # the tree holds the finished requests' KV: evict it all, then nothing may be missing
+        cached_tokens = cache.evictable_size()
+        if cache.protected_size() != 0:
+            errors.append(f"radix cache: {cache.protected_size()} tokens still locked")
+        cache.evict(EvictParams(num_tokens=pool_size))
     finished = {r.rid: r.finished() for r in all_reqs}
     outputs = {r.rid: list(r.output_ids_through_stop) for r in all_reqs}
     return {
@@ -764,6 +808,8 @@ def _simulation(args, scenario: dict, worker_kind: str = "script", window: int |
         "retracted": retracted,
         "verify_windows": worker.verify_windows,
         "draft_kv_rows": getattr(worker, "appended_rows", None),
+        "prefix_hits": prefix_hits,
+        "radix_cached_tokens": cached_tokens,
     }
 
 
@@ -813,6 +859,25 @@ def _scenario(n: int) -> dict:
         {"rid": "g", "prompt": [8] * 6, "stream": stream(25, eos_at=0), "max_new": 25, "arrive": 12},
     ]
     return {"requests": requests, "eos": eos, "context": context, "kv_slots": 2048, "seed": 11}
+
+
+def _radix_scenario(n: int) -> dict:
+    """_scenario plus requests whose prompts start with an earlier request's prompt (while it runs) or with
+    its prompt and output (after it finished): the radix cache hands them those KV slots."""
+    scenario = _scenario(n)
+    by_rid = {r["rid"]: r for r in scenario["requests"]}
+    rng = random.Random(17)
+    a, b, d = by_rid["a"], by_rid["b"], by_rid["d"]
+    extra = [
+        {"rid": "h", "prompt": a["prompt"] + a["stream"][:12] + [77, 78], "arrive": 30},
+        {"rid": "i", "prompt": b["prompt"] + [5, 6, 7], "arrive": 4},
+        {"rid": "j", "prompt": d["prompt"] + [14], "arrive": 6},
+        {"rid": "k", "prompt": a["prompt"] + a["stream"][:40], "arrive": 40},
+    ]
+    for r in extra:
+        r.update(stream=[rng.randrange(10, 500) for _ in range(20)], max_new=20)
+    scenario["requests"] = scenario["requests"] + extra
+    return scenario
 
 
 def _expected_outputs(scenario: dict) -> dict:
@@ -1446,6 +1511,15 @@ def main() -> None:
                 dflash_args, {**scenario, "kv_slots": 200}, worker_kind="dflash_v2", window=24
             )
             facts["sim_ddtree_tight"] = _simulation(ddtree_args, {**tree_scenario, "kv_slots": 140})
+            # the radix cache: prefix hits on running and finished requests' KV (target and draft)
+            radix_scenario = _radix_scenario(int(dflash_args.speculative_num_draft_tokens))
+            facts["expected_outputs_radix"] = _expected_outputs(radix_scenario)
+            facts["sim_dflash_v2_radix"] = _simulation(
+                dflash_args, radix_scenario, worker_kind="dflash_v2", radix=True
+            )
+            facts["sim_dflash_v2_radix_window"] = _simulation(
+                dflash_args, radix_scenario, worker_kind="dflash_v2", window=24, radix=True
+            )
             # one v2 step against one v1 step of the real DFlashWorker, from the same state
             v1_args = prepare_server_args([*dflash, "--disable-overlap-schedule"])
             facts["step_pair"] = _step_pair_facts(dflash_args, v1_args, None)

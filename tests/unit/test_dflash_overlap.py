@@ -188,6 +188,8 @@ SIMULATIONS = [
     "dflash_v2",
     "dflash_v2_window",
     "dflash_v2_tight",
+    "dflash_v2_radix",
+    "dflash_v2_radix_window",
 ]
 
 
@@ -211,7 +213,13 @@ def test_simulation_outputs_equal_plain_decoding(on: dict, algo: str) -> None:
     leaving: each output equals the script's plain-decoding output (trimmed at the finish by the real
     result processor, one step late)."""
     sim = on[f"sim_{algo}"]
-    expected = on["expected_outputs_ddtree" if algo.startswith("ddtree") else "expected_outputs"]
+    expected = on[
+        "expected_outputs_ddtree"
+        if algo.startswith("ddtree")
+        else "expected_outputs_radix"
+        if "radix" in algo
+        else "expected_outputs"
+    ]
     assert all(sim["finished"].values()), sim["finished"]
     assert sim["outputs"] == expected
 
@@ -288,7 +296,9 @@ def test_padded_append_by_row_index_writes_what_v1_writes(on: dict, case: str) -
     assert got["same_placement"] and got["same_lens"] and got["same_draft_rows"], got
 
 
-@pytest.mark.parametrize("algo", ["dflash_v2", "dflash_v2_window", "dflash_v2_tight"])
+@pytest.mark.parametrize(
+    "algo", ["dflash_v2", "dflash_v2_window", "dflash_v2_tight", "dflash_v2_radix", "dflash_v2_radix_window"]
+)
 def test_real_v2_step_feeds_the_drafter_every_committed_position(on: dict, algo: str) -> None:
     """The real DFlashWorker v2 step under the overlap loop: at every block the scripted drafter checks that
     its root is the relayed bonus, its slots are the reserved ones, and the draft KV it attends to (the
@@ -344,3 +354,19 @@ def test_one_v2_step_copies_nothing_from_the_device(
         print(f"\n{case}: v1 step host syncs {len(pair['v1']['syncs'])}: {pair['v1']['syncs']}")
     assert pair["v1"]["syncs"], "v1's step copies to the host (verify's .cpu()): the counter must see it"
     assert pair["v2"]["syncs"] == []
+
+
+@pytest.mark.parametrize("algo", ["dflash_v2_radix", "dflash_v2_radix_window"])
+def test_radix_cache_hands_out_prefixes_whose_target_and_draft_kv_are_right(on: dict, algo: str) -> None:
+    """The real RadixCache under the v2 step: later requests reuse a running request's prompt and a finished
+    request's prompt and output. At every forward the scripted target checks that each position it attends
+    to holds this request's token in the target KV, and the drafter the same in the draft KV (the errors
+    would name the position); after the run the tree holds the finished requests' KV, and evicting it frees
+    every slot."""
+    sim = on[f"sim_{algo}"]
+    assert sim["errors"] == []
+    hits = sim["prefix_hits"]
+    assert hits["i"] == 11 and hits["j"] == 3, "prefixes of running requests' prompts"
+    assert hits["h"] >= 16 and hits["k"] >= 40, "prefixes of a finished request's prompt and output"
+    assert sim["radix_cached_tokens"] > 0
+    assert sim["kv_available"][0] == sim["kv_available"][1]
