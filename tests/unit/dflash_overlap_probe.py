@@ -656,7 +656,8 @@ def _simulation(
         forward_sleep_time=None,
         is_generation=True,
         enable_overlap=True,
-        future_map=algo.create_future_map(torch.device("cpu"), req_pool, True),
+        # False: what the scheduler decides for a Triton target (decide_needs_cpu_seq_lens)
+        future_map=algo.create_future_map(torch.device("cpu"), req_pool, False),
         forward_stream_ctx=contextlib.nullcontext(),
         forward_stream=_NoOp(),
         schedule_stream=_NoOp(),
@@ -1451,6 +1452,8 @@ def _future_map_facts() -> dict:
         "merged_filtered": merged.future_indices.tolist(),
         "merge_error": merge_error,
         "coefficient": list(spec.get_spec_adjust_token_coefficient()),
+        # the scheduler asks for no host lengths when its attention backends need none (Triton)
+        "host_lengths_forced": algo.create_future_map(torch.device("cpu"), pool, False).needs_cpu_seq_lens,
     }
 
 

@@ -156,6 +156,7 @@ def test_future_map_relays_bonus_tokens_and_lengths_by_request_slot(on: dict) ->
     assert got["merged_filtered"] == [1, 3]
     assert "both sides need future_indices" in got["merge_error"]
     assert got["coefficient"] == [1, 1]
+    assert got["host_lengths_forced"] is True, "the v2 step reads batch.seq_lens_cpu"
 
 
 @pytest.mark.parametrize("algo", ["DFLASH", "DDTREE"])
