@@ -40,13 +40,18 @@ MODES = ("none", "dflash", "ddtree-8", "ddtree-16", "ddtree-32")
 # work off; ddtree-16@extend: patch 0009's split-KV target verify off (the served default is on since
 # 2026-12-02, patch 0017), @splitkv: on whatever the default; ddtree-16@eager, dflash@eager: patch 0012's
 # step CUDA graphs and patch 0013's one-launch verify metadata off (the served default is on since
-# 2026-12-01); @graphs: both on, whatever the default; ddtree-16@meta: patch 0013 alone). Every switch is set
-# explicitly for every server, to the served default unless the variant says.
+# 2026-12-01); @graphs: both on, whatever the default; ddtree-16@meta: patch 0013 alone; dflash@overlap:
+# overlap scheduling with the spec-v2 step, patches 0019-0021, off by default; DDTREE refuses it until its
+# tree step is v2). Every switch is set explicitly for every server, to the served default unless the
+# variant says.
 FAST_STEP_ENV = "SGLANG_DFLASH_FAST_STEP"
 SPLITKV_ENV = "SGLANG_DDTREE_SPLITKV_VERIFY"
 STEP_GRAPHS_ENV = "SGLANG_DFLASH_STEP_GRAPHS"
 FAST_METADATA_ENV = "SGLANG_DDTREE_FAST_METADATA"
-STEP_DEFAULTS = {FAST_STEP_ENV: "1", SPLITKV_ENV: "1", STEP_GRAPHS_ENV: "1", FAST_METADATA_ENV: "1"}
+OVERLAP_ENV = "SGLANG_DFLASH_OVERLAP"
+STEP_DEFAULTS = {
+    FAST_STEP_ENV: "1", SPLITKV_ENV: "1", STEP_GRAPHS_ENV: "1", FAST_METADATA_ENV: "1", OVERLAP_ENV: "0",
+}  # fmt: skip
 VARIANTS = {
     "upstream": {FAST_STEP_ENV: "0", SPLITKV_ENV: "0", STEP_GRAPHS_ENV: "0", FAST_METADATA_ENV: "0"},
     "extend": {SPLITKV_ENV: "0"},
@@ -54,6 +59,7 @@ VARIANTS = {
     "eager": {STEP_GRAPHS_ENV: "0", FAST_METADATA_ENV: "0"},
     "graphs": {STEP_GRAPHS_ENV: "1", FAST_METADATA_ENV: "1"},
     "meta": {STEP_GRAPHS_ENV: "0", FAST_METADATA_ENV: "1"},
+    "overlap": {OVERLAP_ENV: "1"},
 }
 BLOCK = 8  # served block size (the profile's --speculative-num-draft-tokens)
 TOPK = 4

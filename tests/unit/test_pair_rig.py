@@ -627,6 +627,7 @@ def test_mode_variants_serve_with_their_switch_and_the_same_settings(monkeypatch
     monkeypatch.delenv("SGLANG_DDTREE_FAST_METADATA", raising=False)
     monkeypatch.setenv("SGLANG_DDTREE_SPLITKV_VERIFY", "0")  # a stray shell setting must not leak in
     monkeypatch.delenv("SGLANG_DFLASH_STEP_GRAPHS", raising=False)
+    monkeypatch.setenv("SGLANG_DFLASH_OVERLAP", "1")  # restored after, like the split-KV switch
     assert serve_bench.server_settings("ddtree-16@upstream") == serve_bench.server_settings("ddtree-16")
     assert serve_bench.server_settings("ddtree-16@splitkv") == serve_bench.server_settings("ddtree-16")
     with serve_bench.step_environment("dflash@upstream"):  # SGLang's own step: every step patch's switch off
@@ -657,10 +658,17 @@ def test_mode_variants_serve_with_their_switch_and_the_same_settings(monkeypatch
         assert os.environ["SGLANG_DDTREE_FAST_METADATA"] == "1"
         assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "0"
         assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "1"
+        assert os.environ["SGLANG_DFLASH_OVERLAP"] == "0"  # the served default: the v1 step, overlap off
+    with serve_bench.step_environment("dflash@overlap"):  # spec v2, overlap scheduling, the rest as served
+        assert os.environ["SGLANG_DFLASH_OVERLAP"] == "1"
+        assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "1"
+        assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "1"
     assert "SGLANG_DFLASH_FAST_STEP" not in os.environ
     assert "SGLANG_DDTREE_FAST_METADATA" not in os.environ
     assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "0"
-    with pytest.raises(ValueError, match=r"@fast.*known: eager, extend, graphs, meta, splitkv, upstream"):
+    assert os.environ["SGLANG_DFLASH_OVERLAP"] == "1"
+    known = "eager, extend, graphs, meta, overlap, splitkv, upstream"
+    with pytest.raises(ValueError, match=rf"@fast.*known: {known}"):
         serve_bench.server_settings("ddtree-16@fast")
 
 
