@@ -23,6 +23,9 @@
 #   options-stress  stress --options-only: the crafted options target, every request option changes plain decoding's
 #                   output and DDTREE equals it token for token, chi-square at T 1 with every option (issue 28)
 #   options-stress-dflash  the same against DFLASH
+#   stress-overlap  the stress with SGLANG_DFLASH_OVERLAP=1 (overlap scheduling, the spec-v2 step: patches 0019-0021,
+#                   issue 25) on $OVERLAP_ALGORITHM (default DFLASH; DDTREE refuses the switch until its step is v2)
+#   options-stress-overlap  the options stress with the same switch: the v2 step's penalties token for token
 #   secrets         secrets_tiny.py: keys enforced, none shown anywhere (issue 29)
 #   mla             the smoke on the tiny Kimi-shaped MLA target (issue 32)
 #   smoke-mla-graphs  the MLA smoke with the fast step switched on explicitly (step CUDA graphs + verify metadata
@@ -67,17 +70,18 @@ PROFILE_CONTEXTS=${PROFILE_CONTEXTS:-256,4096}
 PAIRED_MODES=${PAIRED_MODES:-ddtree-16@eager,ddtree-16} PAIRED_CONTEXTS=${PAIRED_CONTEXTS:-256}
 PAIRED_ROUNDS=${PAIRED_ROUNDS:-8}
 PROFILE_MLA_MODES=${PROFILE_MLA_MODES:-ddtree-8,ddtree-8@eager,dflash,none}
+OVERLAP_ALGORITHM=${OVERLAP_ALGORITHM:-DFLASH}
 TIMING_JOBS=" stacks stacks-c32 profile profile-c32 paired options core-bench verify-bench profile-mla "
 PAIRLESS_JOBS=" core-bench verify-bench profile-mla "
 GRAPHS_ENV=(SGLANG_DFLASH_STEP_GRAPHS=1 SGLANG_DDTREE_FAST_METADATA=1)
 for job in "$@"; do
   case $job in
     smoke | smoke-graphs | stress-graphs | smoke-graphs-tp2 | smoke-splitkv | stress-splitkv | options-stress | \
-      options-stress-dflash | secrets | mla | smoke-sampling | core-tests | request-options | \
+      options-stress-dflash | stress-overlap | options-stress-overlap | secrets | mla | smoke-sampling | core-tests | request-options | \
       smoke-mla-graphs | stress-mla | stress-mla-graphs | steps | tree-graph | stacks | stacks-c32 | profile | \
       profile-c32 | paired | options | \
       core-bench | verify-bench | profile-mla) ;;
-    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv options-stress options-stress-dflash secrets mla smoke-sampling core-tests request-options smoke-mla-graphs stress-mla stress-mla-graphs steps tree-graph stacks stacks-c32 profile profile-c32 paired options core-bench verify-bench profile-mla)" >&2
+    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv options-stress options-stress-dflash stress-overlap options-stress-overlap secrets mla smoke-sampling core-tests request-options smoke-mla-graphs stress-mla stress-mla-graphs steps tree-graph stacks stacks-c32 profile profile-c32 paired options core-bench verify-bench profile-mla)" >&2
        exit 2 ;;
   esac
 done
@@ -102,6 +106,11 @@ run_job() {
                       bash tests/gpu/device_ddtree.sh stress ;;
     options-stress-dflash) timeout "$limit" env STRESS_ARGS="--options-only --algorithm DFLASH" \
                              OUT="$OUT/options-stress-dflash" bash tests/gpu/device_ddtree.sh stress ;;
+    stress-overlap) timeout "$limit" env SGLANG_DFLASH_OVERLAP=1 STRESS_ARGS="--algorithm $OVERLAP_ALGORITHM" \
+                      OUT="$OUT/stress-overlap" bash tests/gpu/device_ddtree.sh stress ;;
+    options-stress-overlap) timeout "$limit" env SGLANG_DFLASH_OVERLAP=1 \
+                              STRESS_ARGS="--options-only --algorithm $OVERLAP_ALGORITHM" \
+                              OUT="$OUT/options-stress-overlap" bash tests/gpu/device_ddtree.sh stress ;;
     smoke-sampling) timeout "$limit" env SGLANG_DDTREE_TRITON_SAMPLING=1 OUT="$OUT/smoke-sampling" \
                       bash tests/gpu/device_ddtree.sh smoke ;;
     core-tests) timeout "$limit" python3 -m pytest -q -p no:cacheprovider tests/gpu/test_ddtree_core_gpu.py ;;

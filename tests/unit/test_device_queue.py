@@ -98,15 +98,17 @@ def test_paired_job_measures_its_two_modes_from_the_trained_pair(tmp_path: Path)
 def test_device_jobs_run_their_commands_with_their_switches(
     tmp_path: Path,
 ) -> None:
-    """The MLA jobs' commands (issue 32), the sync-debug `steps` job (issue 25), `verify-bench` (issue 26) and
-    the options stress (issue 28), through device_ddtree.sh, with a stand-in python3 on PATH that records its
-    arguments and the switches it was given (the real jobs need the GPU). profile-mla is a timing job that
-    needs no trained pair: it waits for the training, then runs without $PAIR."""
+    """The MLA jobs' commands (issue 32), the sync-debug `steps` job (issue 25), `verify-bench` (issue 26),
+    the options stress (issue 28) and the overlap switch's stresses (issue 25), through device_ddtree.sh, with
+    a stand-in python3 on PATH that records its arguments and the switches it was given (the real jobs need
+    the GPU). profile-mla is a timing job that needs no trained pair: it waits for the training, then runs
+    without $PAIR."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python3").write_text(
         '#!/bin/bash\necho "arch=${DDTREE_SMOKE_ARCH:-} graphs=${SGLANG_DFLASH_STEP_GRAPHS:-}'
-        ' meta=${SGLANG_DDTREE_FAST_METADATA:-} $*" >> "$ARGS_LOG"\n'
+        ' meta=${SGLANG_DDTREE_FAST_METADATA:-}${SGLANG_DFLASH_OVERLAP:+ overlap=$SGLANG_DFLASH_OVERLAP} $*"'
+        ' >> "$ARGS_LOG"\n'
     )
     (bin_dir / "python3").chmod(0o755)
     (tmp_path / "train.done").write_text("0\n")
@@ -121,6 +123,8 @@ def test_device_jobs_run_their_commands_with_their_switches(
         "verify-bench",
         "options-stress",
         "options-stress-dflash",
+        "stress-overlap",
+        "options-stress-overlap",
     )
     done = run_queue(tmp_path, *jobs, PATH=f"{bin_dir}:{os.environ['PATH']}", ARGS_LOG=str(log))
     assert done.returncode == 0, done.stderr
@@ -143,6 +147,10 @@ def test_device_jobs_run_their_commands_with_their_switches(
         f"arch= graphs= meta= {stress} {out / 'options-stress' / 'stress'} --tp 1 --options-only",
         f"arch= graphs= meta= {stress} {out / 'options-stress-dflash' / 'stress'} --tp 1 --options-only"
         " --algorithm DFLASH",
+        f"arch= graphs= meta= overlap=1 {stress} {out / 'stress-overlap' / 'stress'} --tp 1"
+        " --algorithm DFLASH",
+        f"arch= graphs= meta= overlap=1 {stress} {out / 'options-stress-overlap' / 'stress'} --tp 1"
+        " --options-only --algorithm DFLASH",
     ]
     status = (out / "queue" / "status.txt").read_text()
     assert all(f"{job}: exit 0 after" in status for job in jobs), status
