@@ -355,13 +355,16 @@ class _DFlashV2Models(_ScriptedWorker):
     TP 1 (get_tp_group is a stand-in); the LM head is the identity over a 512-token vocabulary.
     """
 
-    def __init__(self, *a, window: int | None, req_pool, allocator, **k):
+    def __init__(
+        self, *a, window: int | None, req_pool, allocator, block: int | None = None, worker_class=None, **k
+    ):
         import torch
         from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
         from sglang.srt.speculative import dflash_worker
         from sglang.srt.speculative.dflash_worker import DFlashWorker
 
         super().__init__(*a, allocator=allocator, **k)
+        self.block = block or self.n  # the drafter's block (DFLASH: the verify width)
         dflash_worker.get_tp_group = lambda: types.SimpleNamespace(world_size=1)
         self.req_pool = req_pool
         self.draft_kv: dict[int, tuple] = {}
@@ -399,11 +402,12 @@ class _DFlashV2Models(_ScriptedWorker):
             model=target_model,
             req_to_token_pool=req_pool,
         )
-        worker = object.__new__(DFlashWorker)
+        target_runner.model_config = types.SimpleNamespace(vocab_size=512)
+        worker = object.__new__(worker_class or DFlashWorker)
         worker.__dict__.update(
             device=torch.device("cpu"),
-            block_size=self.n,
-            _block_pos_offsets=torch.arange(self.n, dtype=torch.int64),
+            block_size=self.block,
+            _block_pos_offsets=torch.arange(self.block, dtype=torch.int64),
             draft_window_size=window,
             use_compact_draft_cache=window is not None,
             page_size=1,
@@ -515,7 +519,7 @@ class _DFlashV2Models(_ScriptedWorker):
     def _drafter_script(self, forward_batch):
         import torch
 
-        bs, n = forward_batch.batch_size, self.n
+        bs, n = forward_batch.batch_size, self.block
         ids = forward_batch.input_ids.view(bs, n).tolist()
         slots = forward_batch.out_cache_loc.view(bs, n).tolist()
         target_rows = self.req_pool.req_to_token
@@ -543,9 +547,14 @@ class _DFlashV2Models(_ScriptedWorker):
                     break
             commit = self._commit_for(req)
             for d in range(1, n):
-                token = self.true_token(req, seq + d)
-                hidden[i * n + d, token if d < commit else (token + 1) % 511] = 1.0
+                for token, value in self._draft_row(self.true_token(req, seq + d), d, commit).items():
+                    hidden[i * n + d, token] = value
         return types.SimpleNamespace(logits_output=types.SimpleNamespace(hidden_states=hidden))
+
+    def _draft_row(self, token: int, d: int, commit: int) -> dict[int, float]:
+        """The drafter's output at block position d (the LM head is the identity): the true token while
+        d < commit, a wrong one after."""
+        return {token if d < commit else (token + 1) % 511: 1.0}
 
     def _check_target_kv(self, req, row: int, length: int) -> None:
         """The target attends to the KV of positions 0 .. length - 1 through the request's row: each slot must
@@ -577,6 +586,96 @@ class _DFlashV2Models(_ScriptedWorker):
             self.steps += 1
         self.available_at_entry = self.allocator.available_size()
         return self.worker.forward_batch_generation(batch, on_publish=on_publish)
+
+
+class _DDTreeV2Models(_DFlashV2Models):
+    """The real DDTreeWorker's steps (prefill: DFlash's; decode: DFlashWorker._forward_decode_v2 with DDTREE's
+    tree verify input and _accept_v2, patch ddtree-overlap-step) on a worker made without __init__ (it loads
+    a drafter and captures graphs on a GPU); the models are _DFlashV2Models' scripts, made tree-shaped:
+
+    - the drafter's block row d (LM head: the identity) puts the true token first while d < commit; at
+      d == commit a wrong token first (logit 10) and the true one second (logit 9); past it the true token is
+      pushed out of the top-k. So the best-first tree holds the true chain, the wrong chain below it, and the
+      true token at depth `commit` as a sibling popped after the whole wrong chain: the accepted path ends on
+      a node whose verify row is not its path position (the slot permutation and row_index are exercised).
+      A request commits min(commit + 1, B) tokens (B: all of the depth-(B - 1) chain).
+    - the target predicts, at each verify row whose path from the root holds only true tokens, the true next
+      token; at any other row the mask token 511 (never drafted: its drafter logit is -20). Each row's hidden
+      state encodes (req_to_token row, position seq_len + depth, token): the draft KV append must take the
+      committed path's rows at their path positions. The target KV written at a node's slot records
+      (seq_len + depth, token), so a later step attending through a wrongly permuted row sees it.
+    Top-k and tree building run their torch paths (Triton needs a GPU); TP 1 (get_tp_group stand-ins).
+    """
+
+    def __init__(self, *a, block: int, budget: int, topk: int, **k):
+        from sglang.srt.speculative import ddtree_info, ddtree_worker
+        from sglang.srt.speculative.ddtree_utils import prepare_ddtree_plan
+        from sglang.srt.speculative.ddtree_worker import DDTreeWorker
+
+        super().__init__(*a, block=block, worker_class=DDTreeWorker, **k)
+        tp = types.SimpleNamespace(world_size=1)
+        ddtree_worker.get_tp_group = lambda: tp
+        ddtree_info.get_tp_group = lambda: tp
+        self.worker.__dict__.update(
+            ddtree_budget=budget,
+            ddtree_topk=topk,
+            num_verify_tokens=budget + 1,
+            tree_depth=block - 1,
+            tree_stage_graphs=None,
+            captures_chain_stage=False,
+        )
+        prepare_ddtree_plan(budget, topk, block - 1, 512, self.worker.device)
+        self.path_rows: list[list[int]] = []  # per verify and request: the accepted path's verify rows
+
+    def _draft_row(self, token: int, d: int, commit: int) -> dict[int, float]:
+        wrong = (token + 1) % 511
+        if d < commit:
+            return {token: 10.0, 511: -20.0}
+        if d == commit:
+            return {wrong: 10.0, token: 9.0, 511: -20.0}
+        return {wrong: 10.0, token: -10.0, 511: -20.0}
+
+    def _target_script(self, batch, is_verify: bool):
+        import torch
+        from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+        from sglang.srt.managers.utils import GenerationBatchResult
+
+        if not is_verify:
+            return super()._target_script(batch, is_verify)
+        spec = batch.spec_info
+        bs, n = len(batch.reqs), self.n
+        drafts = batch.input_ids.view(bs, n).tolist()
+        positions = spec.positions.view(bs, n).tolist()
+        ancestors = spec.tree.mask.view(bs, n, n).tolist()  # row i: ancestor-or-self columns
+        window = batch.out_cache_loc.view(bs, n).tolist()
+        logits = torch.zeros((bs * n, 512))
+        rows = []
+        reserved = True
+        for i, req in enumerate(batch.reqs):
+            row, seq = int(batch.req_pool_indices[i]), int(batch.seq_lens[i])
+            if self.check_reserved and window[i] != self.req_pool.req_to_token[row, seq : seq + n].tolist():
+                self.errors.append(f"{req.rid}: verify slots {window[i]} are not the reserved row entries")
+                reserved = False
+            self._check_target_kv(req, row, seq)
+            true_rows = []
+            for r in range(n):
+                self.target_kv[window[i][r]] = (positions[i][r], drafts[i][r])
+                path = [c for c in range(n) if ancestors[i][r][c]]
+                on_stream = all(drafts[i][c] == self.true_token(req, positions[i][c]) for c in path)
+                predicted = self.true_token(req, positions[i][r] + 1) if on_stream else 511
+                logits[i * n + r, predicted] = 10.0
+                rows.append((row, positions[i][r], drafts[i][r]))
+                if on_stream:
+                    true_rows.append(r)
+            self.path_rows.append(true_rows)
+        if self.check_reserved and self.allocator.available_size() != self.available_at_entry:
+            self.errors.append("the v2 step allocated or freed KV slots")
+            reserved = False
+        self.verify_windows += int(reserved)
+        return GenerationBatchResult(
+            logits_output=LogitsProcessorOutput(next_token_logits=logits, hidden_states=self._hidden(rows)),
+            can_run_cuda_graph=False,
+        )
 
 
 def _simulation(
@@ -644,6 +743,20 @@ def _simulation(
             req_pool=req_pool,
             allocator=allocator,
             errors=errors,
+        )
+    elif worker_kind == "ddtree_v2":
+        worker = _DDTreeV2Models(
+            streams,
+            prompt_lens,
+            n,
+            scenario["seed"],
+            window=window,
+            req_pool=req_pool,
+            allocator=allocator,
+            errors=errors,
+            block=int(args.speculative_dflash_block_size),
+            budget=int(args.speculative_ddtree_budget),
+            topk=int(args.speculative_ddtree_topk),
         )
     else:
         worker = _ScriptedWorker(streams, prompt_lens, n, scenario["seed"], allocator, errors)
@@ -811,6 +924,7 @@ def _simulation(
         "draft_kv_rows": getattr(worker, "appended_rows", None),
         "prefix_hits": prefix_hits,
         "radix_cached_tokens": cached_tokens,
+        "path_rows": getattr(worker, "path_rows", None),
     }
 
 
