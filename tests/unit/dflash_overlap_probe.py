@@ -1294,6 +1294,15 @@ def _chain_verify_facts() -> dict:
 PAIR_COMMITS = {"a": 3, "b": 8, "c": 1}  # tokens committed by the compared step (N = 8: every draft for b)
 
 
+def _pair_commits(args) -> dict[str, int]:
+    """Tokens the compared step commits per request: PAIR_COMMITS for DFLASH; for DDTREE the path the
+    _DDTreeV2Models drafter scripts (min(commit + 1, B), ending on a sibling row below the wrong chain)."""
+    if args.speculative_algorithm != "DDTREE":
+        return dict(PAIR_COMMITS)
+    block = int(args.speculative_dflash_block_size)
+    return {rid: min(c + 1, block) for rid, c in PAIR_COMMITS.items()}
+
+
 def _pair_rig(args, window: int | None, verify_slots: list[list[int]] | None = None) -> dict:
     """One DFLASH decode step of the real DFlashWorker from the same state, v1 or v2 (which the global server
     arguments decide: spec v2 <=> switch and overlap on): three requests prefilled by the worker's real
@@ -1311,14 +1320,21 @@ def _pair_rig(args, window: int | None, verify_slots: list[list[int]] | None = N
     from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
     from sglang.srt.sampling.sampling_params import SamplingParams
     from sglang.srt.server_args import set_global_server_args_for_scheduler
-    from sglang.srt.speculative import dflash_info, dflash_info_v2, dflash_step_host, dflash_worker
+    from sglang.srt.speculative import (
+        ddtree_info,
+        dflash_info,
+        dflash_info_v2,
+        dflash_step_host,
+        dflash_worker,
+    )
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     set_global_server_args_for_scheduler(args)
     mem_common.support_triton = lambda backend: False
-    for module in (dflash_info, dflash_info_v2, dflash_worker):
+    for module in (dflash_info, dflash_info_v2, dflash_worker, ddtree_info):
         module.assign_req_to_token_pool_func = _assign_reference
-    algo = SpeculativeAlgorithm.from_string("DFLASH")
+    algo = SpeculativeAlgorithm.from_string(args.speculative_algorithm)
+    tree = args.speculative_algorithm == "DDTREE"
     v2 = algo.supports_spec_v2()
     n = int(args.speculative_num_draft_tokens)
     rng = random.Random(3)
@@ -1338,7 +1354,16 @@ def _pair_rig(args, window: int | None, verify_slots: list[list[int]] | None = N
     )
     model_config = types.SimpleNamespace(vocab_size=512, is_encoder_decoder=False, context_len=96)
     errors: list[str] = []
-    models = _DFlashV2Models(
+    tree_kwargs = (
+        {
+            "block": int(args.speculative_dflash_block_size),
+            "budget": int(args.speculative_ddtree_budget),
+            "topk": int(args.speculative_ddtree_topk),
+        }
+        if tree
+        else {}
+    )
+    models = (_DDTreeV2Models if tree else _DFlashV2Models)(
         streams,
         {rid: len(p) for rid, p in prompts.items()},
         n,
@@ -1347,6 +1372,7 @@ def _pair_rig(args, window: int | None, verify_slots: list[list[int]] | None = N
         req_pool=req_pool,
         allocator=allocator,
         errors=errors,
+        **tree_kwargs,
     )
     models.commit_scripts = {rid: [c] for rid, c in PAIR_COMMITS.items()}
     models.check_reserved = v2
@@ -1402,7 +1428,7 @@ def _pair_rig(args, window: int | None, verify_slots: list[list[int]] | None = N
         dflash_step_host._rewrite_compact_rows_torch = torch_rewrite
     if v2:
         commit = result.accept_lens.tolist()
-        out = result.next_token_ids.view(bs, n)
+        out = result.next_token_ids.view(bs, -1)
         tokens = [out[i, : commit[i]].tolist() for i in range(bs)]
         new_lens = result.new_seq_lens.tolist()
         bonus = result.next_draft_input.bonus_tokens.tolist()
@@ -1421,7 +1447,9 @@ def _pair_rig(args, window: int | None, verify_slots: list[list[int]] | None = N
         "published_prefill": [t.tolist() for t in published],
         "published_step": [t.tolist() for t in step_published],
         "tokens": tokens,
-        "expected_tokens": [streams[rid][1 : 1 + PAIR_COMMITS[rid]] for rid in prompts],
+        "expected_tokens": [streams[rid][1 : 1 + _pair_commits(args)[rid]] for rid in prompts],
+        "path_rows": getattr(models, "path_rows", None),
+        "stride": int(result.speculative_num_draft_tokens or 0) if v2 else None,
         "new_lens": new_lens,
         "bonus": bonus,
         "reserved_before": reserved,
@@ -1528,6 +1556,25 @@ def _append_v2_facts() -> dict:
             "same_lens": v1["lens"] == v2["lens"],
             "same_draft_rows": v1["draft_rows"] == v2["draft_rows"],
         }
+    return out
+
+
+def _ddtree_refusal_facts() -> dict:
+    """DDTreeWorker._v2_step_refusal on workers made without __init__ (patch ddtree-overlap-step): none for
+    block 8 under budget 8 (N 9); a block longer than the verify (budget 4, N 5) is refused, since the block
+    takes req_to_token[seq_len : seq_len + B] of a reservation sized for N."""
+    from sglang.srt.speculative.ddtree_worker import DDTreeWorker
+
+    out = {}
+    for budget in (8, 7, 4):
+        worker = object.__new__(DDTreeWorker)
+        worker.__dict__.update(
+            _fused_kv_helper=object(),
+            model_runner=types.SimpleNamespace(attn_backend=_TargetAttnBackend()),
+            block_size=8,
+            num_verify_tokens=budget + 1,
+        )
+        out[str(budget)] = worker._v2_step_refusal()
     return out
 
 
@@ -1641,6 +1688,28 @@ def main() -> None:
             v1_args = prepare_server_args([*dflash, "--disable-overlap-schedule"])
             facts["step_pair"] = _step_pair_facts(dflash_args, v1_args, None)
             facts["step_pair_window"] = _step_pair_facts(dflash_args, v1_args, 16)
+            # DDTREE's v2 step (patch ddtree-overlap-step): the real DDTreeWorker, tree walk on the device
+            facts["sim_ddtree_v2"] = _simulation(ddtree_args, tree_scenario, worker_kind="ddtree_v2")
+            facts["sim_ddtree_v2_window"] = _simulation(
+                ddtree_args, tree_scenario, worker_kind="ddtree_v2", window=24
+            )
+            facts["sim_ddtree_v2_tight"] = _simulation(
+                ddtree_args, {**tree_scenario, "kv_slots": 120}, worker_kind="ddtree_v2", window=24
+            )
+            tree_radix = _radix_scenario(int(ddtree_args.speculative_num_draft_tokens))
+            facts["expected_outputs_radix_ddtree"] = _expected_outputs(tree_radix)
+            facts["sim_ddtree_v2_radix"] = _simulation(
+                ddtree_args, tree_radix, worker_kind="ddtree_v2", radix=True
+            )
+            facts["sim_ddtree_v2_radix_window"] = _simulation(
+                ddtree_args, tree_radix, worker_kind="ddtree_v2", window=24, radix=True
+            )
+            ddtree_v1_args = prepare_server_args(
+                [*ddtree, "--speculative-ddtree-budget", "12", "--disable-overlap-schedule"]
+            )
+            facts["step_pair_ddtree"] = _step_pair_facts(ddtree_args, ddtree_v1_args, None)
+            facts["step_pair_ddtree_window"] = _step_pair_facts(ddtree_args, ddtree_v1_args, 16)
+            facts["ddtree_v2_refusals"] = _ddtree_refusal_facts()
     except Exception:
         facts["probe_error"] = traceback.format_exc()
     print("DFLASH-OVERLAP-PROBE " + json.dumps(facts))
