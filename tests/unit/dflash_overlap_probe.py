@@ -600,7 +600,8 @@ class _DDTreeV2Models(_DFlashV2Models):
       a node whose verify row is not its path position (the slot permutation and row_index are exercised).
       A request commits min(commit + 1, B) tokens (B: all of the depth-(B - 1) chain).
     - the target predicts, at each verify row whose path from the root holds only true tokens, the true next
-      token; at any other row the mask token 511 (never drafted: its drafter logit is -20). Each row's hidden
+      token; at any other row the mask token 511 (never drafted: its drafter logit is -20). Logit 10 over
+      zeros; 3 for a sampled request, so its sampling walk rejects and draws a bonus token. Each row's hidden
       state encodes (req_to_token row, position seq_len + depth, token): the draft KV append must take the
       committed path's rows at their path positions. The target KV written at a node's slot records
       (seq_len + depth, token), so a later step attending through a wrongly permuted row sees it.
@@ -625,7 +626,8 @@ class _DDTreeV2Models(_DFlashV2Models):
             captures_chain_stage=False,
         )
         prepare_ddtree_plan(budget, topk, block - 1, 512, self.worker.device)
-        self.path_rows: list[list[int]] = []  # per verify and request: the accepted path's verify rows
+        # per verify and request: the verify rows on the true stream (a greedy walk's accepted path)
+        self.path_rows: list[list[int]] = []
 
     def _draft_row(self, token: int, d: int, commit: int) -> dict[int, float]:
         wrong = (token + 1) % 511
@@ -663,7 +665,8 @@ class _DDTreeV2Models(_DFlashV2Models):
                 path = [c for c in range(n) if ancestors[i][r][c]]
                 on_stream = all(drafts[i][c] == self.true_token(req, positions[i][c]) for c in path)
                 predicted = self.true_token(req, positions[i][r] + 1) if on_stream else 511
-                logits[i * n + r, predicted] = 10.0
+                # a sampled request sees a flat target (the true token about 4%): its walk rejects and samples
+                logits[i * n + r, predicted] = 10.0 if req.sampling_params.temperature == 0 else 3.0
                 rows.append((row, positions[i][r], drafts[i][r]))
                 if on_stream:
                     true_rows.append(r)
@@ -1303,7 +1306,9 @@ def _pair_commits(args) -> dict[str, int]:
     return {rid: min(c + 1, block) for rid, c in PAIR_COMMITS.items()}
 
 
-def _pair_rig(args, window: int | None, verify_slots: list[list[int]] | None = None) -> dict:
+def _pair_rig(
+    args, window: int | None, verify_slots: list[list[int]] | None = None, sampled: bool = False
+) -> dict:
     """One DFLASH decode step of the real DFlashWorker from the same state, v1 or v2 (which the global server
     arguments decide: spec v2 <=> switch and overlap on): three requests prefilled by the worker's real
     prefill step on the real ScheduleBatch / Req / pools, their first emitted token appended as the result
@@ -1379,7 +1384,9 @@ def _pair_rig(args, window: int | None, verify_slots: list[list[int]] | None = N
     reqs = []
     for rid, prompt in prompts.items():
         penalty = {"frequency_penalty": 0.5} if rid == "a" else {}  # the verify adjusts and feeds penalties
-        params = SamplingParams(max_new_tokens=40, temperature=0, **penalty)
+        # `sampled`: b samples at temperature 1 (the tree's sampling walk; the same seed for v1 and v2)
+        temperature = 1.0 if sampled and rid == "b" else 0
+        params = SamplingParams(max_new_tokens=40, temperature=temperature, **penalty)
         params.normalize(None)
         params.verify(512)
         req = Req(rid, "", array("q", prompt), params, vocab_size=512, eos_token_ids={2})
@@ -1421,6 +1428,7 @@ def _pair_rig(args, window: int | None, verify_slots: list[list[int]] | None = N
     models.worker._draft_seq_lens_cpu_buf = counter.host(models.worker._draft_seq_lens_cpu_buf)
     models.available_at_entry = allocator.available_size()
     step_published: list = []
+    torch.manual_seed(11)
     try:
         with counter:
             result = models.worker.forward_batch_generation(batch, on_publish=step_published.append)
@@ -1472,13 +1480,13 @@ def _pair_rig(args, window: int | None, verify_slots: list[list[int]] | None = N
     }
 
 
-def _step_pair_facts(v2_args, v1_args, window: int | None) -> dict:
+def _step_pair_facts(v2_args, v1_args, window: int | None, sampled: bool = False) -> dict:
     """The same decode step, v2 then v1 on the v2 run's verify slots (see _pair_rig); and the counter's own
     control: it must count a device tensor's .item() and not a host-marked one's."""
     import torch
 
-    v2 = _pair_rig(v2_args, window)
-    v1 = _pair_rig(v1_args, window, verify_slots=v2["reserved_before"])
+    v2 = _pair_rig(v2_args, window, sampled=sampled)
+    v1 = _pair_rig(v1_args, window, verify_slots=v2["reserved_before"], sampled=sampled)
     control = _device_sync_counter()
     with control:
         torch.arange(3).sum().item()
@@ -1709,6 +1717,9 @@ def main() -> None:
             )
             facts["step_pair_ddtree"] = _step_pair_facts(ddtree_args, ddtree_v1_args, None)
             facts["step_pair_ddtree_window"] = _step_pair_facts(ddtree_args, ddtree_v1_args, 16)
+            facts["step_pair_ddtree_sampled"] = _step_pair_facts(
+                ddtree_args, ddtree_v1_args, 16, sampled=True
+            )
             facts["ddtree_v2_refusals"] = _ddtree_refusal_facts()
     except Exception:
         facts["probe_error"] = traceback.format_exc()

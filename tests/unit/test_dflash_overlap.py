@@ -381,6 +381,27 @@ def test_one_ddtree_v2_step_commits_what_one_v1_step_commits(on: dict, case: str
     assert v2["requests_untouched"] and not v1["requests_untouched"]
 
 
+def test_one_ddtree_v2_step_samples_what_one_v1_step_samples(on: dict) -> None:
+    """Request b samples at temperature 1 from a flat target (the true token about 4%), the others are greedy
+    (a with a frequency penalty); the same seed before each step: v2 runs v1's sampling walk (the same coins)
+    on the device, so both commit the same tokens, which for b are not the greedy ones (its walk rejected and
+    drew a bonus), and map the same KV slots and draft KV. The only host syncs v2 shows are the torch stand-in
+    of the Triton sampling walk (off CUDA, ddtree_utils.verify_sampling_from_logits' per_row); v1 adds its
+    token copy."""
+    v1, v2 = on["step_pair_ddtree_sampled"]["v1"], on["step_pair_ddtree_sampled"]["v2"]
+    assert v1["errors"] == [] and v2["errors"] == []
+    assert v2["tokens"] == v1["tokens"]
+    assert v2["tokens"][0] == v2["expected_tokens"][0] and v2["tokens"][2] == v2["expected_tokens"][2]
+    assert v2["tokens"][1] != v2["expected_tokens"][1], "b's sampling walk should have rejected"
+    assert v2["new_lens"] == v1["new_lens"] and v2["bonus"] == v1["bonus"]
+    assert v2["kv_slots"] == v1["kv_slots"] and v2["draft_rows"] == v1["draft_rows"]
+    assert v2["draft_kv_written"] == v1["draft_kv_written"] and v2["frequency_fed"] == v1["frequency_fed"]
+    assert v2["syncs"] and all(
+        "ddtree_utils.py" in call and call.endswith(" per_row") for call in v2["syncs"]
+    )
+    assert any("ddtree_info.py" in call and call.startswith("cpu at") for call in v1["syncs"])
+
+
 @pytest.mark.parametrize("case", PAIRS + TREE_PAIRS)
 def test_one_v2_step_copies_nothing_from_the_device(
     on: dict, case: str, capsys: pytest.CaptureFixture
