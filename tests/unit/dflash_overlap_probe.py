@@ -1384,6 +1384,10 @@ def _pair_rig(
     reqs = []
     for rid, prompt in prompts.items():
         penalty = {"frequency_penalty": 0.5} if rid == "a" else {}  # the verify adjusts and feeds penalties
+        if (
+            sampled and rid == "a"
+        ):  # a bias that moves a's greedy argmax off its 3rd token: the walk must see it
+            penalty["logit_bias"] = {str(streams[rid][3]): -100.0}
         # `sampled`: b samples at temperature 1 (the tree's sampling walk; the same seed for v1 and v2)
         temperature = 1.0 if sampled and rid == "b" else 0
         params = SamplingParams(max_new_tokens=40, temperature=temperature, **penalty)

@@ -383,15 +383,18 @@ def test_one_ddtree_v2_step_commits_what_one_v1_step_commits(on: dict, case: str
 
 def test_one_ddtree_v2_step_samples_what_one_v1_step_samples(on: dict) -> None:
     """Request b samples at temperature 1 from a flat target (the true token about 4%), the others are greedy
-    (a with a frequency penalty); the same seed before each step: v2 runs v1's sampling walk (the same coins)
-    on the device, so both commit the same tokens, which for b are not the greedy ones (its walk rejected and
-    drew a bonus), and map the same KV slots and draft KV. The only host syncs v2 shows are the torch stand-in
-    of the Triton sampling walk (off CUDA, ddtree_utils.verify_sampling_from_logits' per_row); v1 adds its
-    token copy."""
+    (a with a frequency penalty and a logit bias of -100 on its 3rd token); the same seed before each step:
+    v2 runs v1's logit adjustments and sampling walk (the same coins) on the device, so both commit the same
+    tokens, which for b are not the greedy ones (its walk rejected and drew a bonus) and for a stop at the
+    biased token (the walk saw the bias), and map the same KV slots and draft KV. The only host syncs v2
+    shows are the torch stand-in of the Triton sampling walk (off CUDA, ddtree_utils'
+    verify_sampling_from_logits, per_row); v1 adds its token copy."""
     v1, v2 = on["step_pair_ddtree_sampled"]["v1"], on["step_pair_ddtree_sampled"]["v2"]
     assert v1["errors"] == [] and v2["errors"] == []
     assert v2["tokens"] == v1["tokens"]
-    assert v2["tokens"][0] == v2["expected_tokens"][0] and v2["tokens"][2] == v2["expected_tokens"][2]
+    assert v2["tokens"][2] == v2["expected_tokens"][2]
+    assert v2["tokens"][0][:2] == v2["expected_tokens"][0][:2] and len(v2["tokens"][0]) == 3
+    assert v2["tokens"][0][2] != v2["expected_tokens"][0][2], "the logit bias moves a's third token"
     assert v2["tokens"][1] != v2["expected_tokens"][1], "b's sampling walk should have rejected"
     assert v2["new_lens"] == v1["new_lens"] and v2["bonus"] == v1["bonus"]
     assert v2["kv_slots"] == v1["kv_slots"] and v2["draft_rows"] == v1["draft_rows"]
