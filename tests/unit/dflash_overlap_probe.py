@@ -19,7 +19,9 @@ Stand-ins, where the real part needs a GPU or a model:
   assign_req_to_token_pool (Triton kernels need a GPU);
 - the real DFlashWorker's steps (patch dflash-overlap-step) run on a worker made without __init__ (it loads
   a drafter on a GPU) whose target, drafter, embedding/LM head and fused draft KV write are scripts
-  (_DFlashV2Models); the compact-row rewrite runs its torch path (its Triton kernel needs a GPU).
+  (_DFlashV2Models); the compact-row rewrite runs its torch path (its Triton kernel needs a GPU);
+- the real DDTreeWorker's steps (patch ddtree-overlap-step) the same way, with tree-shaped scripts
+  (_DDTreeV2Models); the top-k, tree building and sampling walk run their torch paths (Triton needs a GPU).
 """
 
 from __future__ import annotations

@@ -1,17 +1,18 @@
 """Overlap scheduling for DFLASH/DDTREE (issue 25): the switch (patch dflash-overlap-switch), the spec-v2
-inputs (patch dflash-overlap-inputs) and DFLASH's v2 decode step (patch dflash-overlap-step), in the real
-patched sglang 0.5.13.post1 on CPU (no GPU here: the models are scripts, see below).
+inputs (patch dflash-overlap-inputs), DFLASH's v2 decode step (patch dflash-overlap-step) and DDTREE's
+(patch ddtree-overlap-step), in the real patched sglang 0.5.13.post1 on CPU (no GPU here: the models are
+scripts, see below).
 
 SGLANG_DFLASH_OVERLAP is read once per process, so tests/unit/dflash_overlap_probe.py runs twice: switch off
 (today's path must be unchanged: overlap forced off, v1 everywhere) and switch on. With it on, a host
 simulation drives the real ScheduleBatch / Req / ReqToTokenPool / TokenToKVPoolAllocator / ChunkCache,
 Scheduler.run_batch's overlap branch and the real result processor through requests arriving, decoding with
 scripted acceptance, stopping and finishing one step late, and checks every forward's KV slots and the final
-allocator state; the worker is either a script or the real DFlashWorker's steps (made without __init__, its
-target and drafter scripted). One v2 decode step of the real worker is also compared with one v1 step from the
-same state, and its device-to-host copies are counted. The stand-ins (scripted models, torch loops for the
-Triton kernels, a batch selection that mirrors get_next_batch_to_run without admission control) are listed
-in the probe's docstrings.
+allocator state; the worker is either a script or the real DFlashWorker's / DDTreeWorker's steps (made
+without __init__, its target and drafter scripted). One v2 decode step of each real worker is also compared
+with one v1 step from the same state, and its device-to-host copies are counted. The stand-ins (scripted
+models, torch loops for the Triton kernels, a batch selection that mirrors get_next_batch_to_run without
+admission control) are listed in the probe's docstrings.
 """
 
 from __future__ import annotations
