@@ -606,7 +606,8 @@ class _DDTreeV2Models(_DFlashV2Models):
       zeros; 3 for a sampled request, so its sampling walk rejects and draws a bonus token. Each row's hidden
       state encodes (req_to_token row, position seq_len + depth, token): the draft KV append must take the
       committed path's rows at their path positions. The target KV written at a node's slot records
-      (seq_len + depth, token), so a later step attending through a wrongly permuted row sees it.
+      (seq_len + depth, token), and the KV pool's move_kv_cache moves those records, so a later step attending
+      to a position whose KV was not moved (or moved wrong) sees it.
     Top-k and tree building run their torch paths (Triton needs a GPU); TP 1 (get_tp_group stand-ins).
     """
 
@@ -628,8 +629,28 @@ class _DDTreeV2Models(_DFlashV2Models):
             captures_chain_stage=False,
         )
         prepare_ddtree_plan(budget, topk, block - 1, 512, self.worker.device)
+        # the target's KV pool: its move_kv_cache (a Triton kernel / an index copy on a GPU) moves the records
+        self.worker.target_worker.model_runner.token_to_kv_pool = types.SimpleNamespace(
+            move_kv_cache=self._move_kv
+        )
+        self.kv_moves = 0  # pairs that moved a slot's KV to another slot
         # per verify and request: the verify rows on the true stream (a greedy walk's accepted path)
         self.path_rows: list[list[int]] = []
+
+    def _move_kv(self, tgt_loc, src_loc) -> None:
+        """The KV pool's move_kv_cache on the scripted target KV: every source read before any target is
+        written (the real kernels load before they store)."""
+        with _uncounted():
+            pairs = list(zip(tgt_loc.tolist(), src_loc.tolist(), strict=True))
+            values = [self.target_kv.get(src) for _, src in pairs]
+            for (tgt, src), value in zip(pairs, values, strict=True):
+                if tgt == src:
+                    continue
+                self.kv_moves += 1
+                if value is None:
+                    self.target_kv.pop(tgt, None)
+                else:
+                    self.target_kv[tgt] = value
 
     def _draft_row(self, token: int, d: int, commit: int) -> dict[int, float]:
         wrong = (token + 1) % 511
@@ -930,6 +951,7 @@ def _simulation(
         "prefix_hits": prefix_hits,
         "radix_cached_tokens": cached_tokens,
         "path_rows": getattr(worker, "path_rows", None),
+        "kv_moves": getattr(worker, "kv_moves", None),
     }
 
 
@@ -1464,6 +1486,16 @@ def _pair_rig(
         "expected_tokens": [streams[rid][1 : 1 + _pair_commits(args)[rid]] for rid in prompts],
         "path_rows": getattr(models, "path_rows", None),
         "stride": int(result.speculative_num_draft_tokens or 0) if v2 else None,
+        "kv_moves": getattr(models, "kv_moves", None),
+        # what the target and the drafter attend to through each request's rows, position by position
+        "target_kv_rows": [
+            [models.target_kv.get(int(s)) for s in req_pool.req_to_token[rows[i], : new_lens[i]].tolist()]
+            for i in range(bs)
+        ],
+        "draft_kv_rows": [
+            [models.draft_kv.get(int(s)) for s in draft_rows[rows[i], : draft_lens[i]].tolist()]
+            for i in range(bs)
+        ],
         "new_lens": new_lens,
         "bonus": bonus,
         "reserved_before": reserved,

@@ -316,6 +316,15 @@ def test_real_v2_step_feeds_the_drafter_every_committed_position(on: dict, algo:
     assert sim["draft_kv_rows"] >= sum(len(tokens) for tokens in sim["outputs"].values())
 
 
+@pytest.mark.parametrize("algo", [name for name in SIMULATIONS if name.startswith("ddtree_v2")])
+def test_ddtree_simulations_accept_paths_off_the_first_chain(on: dict, algo: str) -> None:
+    """The tree-shaped scripts make some accepted paths end in a verify row below their depth, so the KV moves
+    (patch ddtree-overlap-step) are exercised in every DDTREE simulation, not only the identity case."""
+    sim = on[f"sim_{algo}"]
+    off_chain = [rows for rows in sim["path_rows"] if rows != list(range(len(rows)))]
+    assert len(off_chain) >= 5 and sim["kv_moves"] >= len(off_chain)
+
+
 PAIRS = ["step_pair", "step_pair_window"]  # no draft window; a compact draft window of 16
 TREE_PAIRS = ["step_pair_ddtree", "step_pair_ddtree_window"]
 
@@ -354,10 +363,11 @@ def test_one_ddtree_v2_step_commits_what_one_v1_step_commits(on: dict, case: str
     """The real DDTreeWorker (budget 12: N 13, block 8, top-k 4), one decode step from the same prefilled
     state; the scripted drafter puts the true token second at depth 3 for a, first all the way for b, second
     at depth 1 for c, so a and c accept a path whose last node lies in verify row 8 (after the wrong chain)
-    and b the whole depth-7 chain: v2 (_forward_decode_v2 with the tree walk on the device, the reserved slots
-    permuted) and v1 (its allocator handing out the same slots, the host copy, the frees) commit the same
-    tokens, lengths and bonus, map the same KV slots in path order, write the same draft KV (slot -> target
-    hidden row at its path position) and draft rows, and feed the penalizer the same tokens."""
+    and b the whole depth-7 chain: v2 (_forward_decode_v2 with the tree walk on the device, the path's target
+    KV moved into the reserved slots of its positions, req_to_token untouched) and v1 (its allocator handing
+    out the same slots, the host copy, the frees, the row rewritten to the path's slots) commit the same
+    tokens, lengths and bonus; through their rows the target and the drafter see the same KV at every position
+    (v2: the reserved slots in order; v1: the path's slots); both feed the penalizer the same tokens."""
     v1, v2 = on[case]["v1"], on[case]["v2"]
     assert (v1["v2"], v2["v2"]) == (False, True)
     assert v1["errors"] == [] and v2["errors"] == []
@@ -368,14 +378,19 @@ def test_one_ddtree_v2_step_commits_what_one_v1_step_commits(on: dict, case: str
     assert v2["stride"] == 8, "the padded tokens' stride is the block size (the tree's depth + 1)"
     assert v2["new_lens"] == v1["new_lens"] == [5 + 4, 30 + 8, 2 + 2]
     assert v2["bonus"] == v1["bonus"] == [tokens[-1] for tokens in v2["tokens"]]
-    assert v2["kv_slots"] == v1["kv_slots"]
-    for slots, reserved, rows, new_len in zip(
-        v2["kv_slots"], v2["reserved_before"], v2["path_rows"], v2["new_lens"], strict=True
+    for slots_v2, slots_v1, reserved, rows, new_len in zip(
+        v2["kv_slots"], v1["kv_slots"], v2["reserved_before"], v2["path_rows"], v2["new_lens"], strict=True
     ):
-        committed = slots[new_len - len(rows) :]
-        assert committed == [reserved[r] for r in rows], "the path's slots, in path order"
-    assert v2["draft_rows"] == v1["draft_rows"]
-    assert v2["draft_kv_written"] == v1["draft_kv_written"]
+        start = new_len - len(rows)
+        assert slots_v2[:start] == slots_v1[:start]
+        assert slots_v2[start:] == reserved[: len(rows)], "v2: the row as reserved"
+        assert slots_v1[start:] == [reserved[r] for r in rows], "v1: the path's slots, in path order"
+    assert v2["kv_moves"] == 2, "a's and c's last node (verify row 8) moves; b's path is in place"
+    assert v2["target_kv_rows"] == v1["target_kv_rows"]
+    for kv, new_len in zip(v2["target_kv_rows"], v2["new_lens"], strict=True):
+        assert [entry[0] for entry in kv] == list(range(new_len)), "each position's own KV"
+    assert v2["draft_kv_rows"] == v1["draft_kv_rows"]
+    assert sorted(v2["draft_kv_written"].values()) == sorted(v1["draft_kv_written"].values())
     assert len(v2["draft_kv_written"]) == sum(commits), "one draft KV row per committed token"
     assert v2["frequency_fed"] == v1["frequency_fed"] and len(v2["frequency_fed"][0]) == commits[0]
     assert v2["published_prefill"] == [[5, 30, 2]] and v2["published_step"] == [v2["new_lens"]]
@@ -398,8 +413,8 @@ def test_one_ddtree_v2_step_samples_what_one_v1_step_samples(on: dict) -> None:
     assert v2["tokens"][0][2] != v2["expected_tokens"][0][2], "the logit bias moves a's third token"
     assert v2["tokens"][1] != v2["expected_tokens"][1], "b's sampling walk should have rejected"
     assert v2["new_lens"] == v1["new_lens"] and v2["bonus"] == v1["bonus"]
-    assert v2["kv_slots"] == v1["kv_slots"] and v2["draft_rows"] == v1["draft_rows"]
-    assert v2["draft_kv_written"] == v1["draft_kv_written"] and v2["frequency_fed"] == v1["frequency_fed"]
+    assert v2["target_kv_rows"] == v1["target_kv_rows"] and v2["draft_kv_rows"] == v1["draft_kv_rows"]
+    assert v2["frequency_fed"] == v1["frequency_fed"]
     assert v2["syncs"] and all(
         "ddtree_utils.py" in call and call.endswith(" per_row") for call in v2["syncs"]
     )
