@@ -1605,6 +1605,65 @@ def _append_v2_facts() -> dict:
     return out
 
 
+def _move_path_kv_facts() -> dict:
+    """ddtree_info.move_path_kv (patch ddtree-overlap-step) on SGLang's real KV pools on CPU: MHATokenToKVPool
+    (its torch path, SGLANG_NATIVE_MOVE_KV_CACHE=1, stands for the Triton copy a GPU runs) and
+    MLATokenToKVPool (its index copy). Every slot's KV holds its slot id; three requests whose paths run
+    [0, 2, 5] (position 1 reads entry 2, which position 2 writes: the overlap the order must survive),
+    [0, 1, 2] (in place) and [0, 8]. Afterwards position d's slot must hold what row r_d's slot held, for
+    d < commit; every other slot (padding slot 0 included) its own; req_to_token unchanged."""
+    import torch
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
+    from sglang.srt.speculative.ddtree_info import move_path_kv
+
+    saved = os.environ.get("SGLANG_NATIVE_MOVE_KV_CACHE")
+    os.environ["SGLANG_NATIVE_MOVE_KV_CACHE"] = "1"
+    out = {}
+    try:
+        pools = {
+            "mha": lambda: MHATokenToKVPool(96, 1, torch.float32, 2, 4, 2, "cpu", False),
+            "mla": lambda: MLATokenToKVPool(96, 1, torch.float32, 8, 4, 2, "cpu", False),
+        }
+        for name, make in pools.items():
+            pool = make()
+            buffers = [*pool.k_buffer, *pool.v_buffer] if name == "mha" else list(pool.kv_buffer)
+            for buffer in buffers:
+                buffer.copy_(
+                    torch.arange(buffer.shape[0], dtype=buffer.dtype).view(-1, 1, 1).expand_as(buffer)
+                )
+            req_to_token = torch.zeros((4, 40), dtype=torch.int32)
+            req_to_token[1, :30] = torch.arange(1, 31)
+            req_to_token[3, :30] = torch.arange(31, 61)
+            req_to_token[2, :30] = torch.arange(61, 91)
+            seq_lens = torch.tensor([10, 4, 17])
+            pools_idx = torch.tensor([1, 3, 2])
+            paths = [[0, 2, 5], [0, 1, 2], [0, 8]]
+            local_rows = torch.zeros((3, 8), dtype=torch.int64)
+            for i, path in enumerate(paths):
+                local_rows[i, : len(path)] = torch.tensor(path)
+            commit = torch.tensor([len(p) for p in paths], dtype=torch.int32)
+            before = req_to_token.clone()
+            move_path_kv(pool, req_to_token, pools_idx, seq_lens, local_rows, commit)
+            expected = torch.arange(97, dtype=torch.float32)
+            for i, path in enumerate(paths):
+                row, seq = int(pools_idx[i]), int(seq_lens[i])
+                for d, r in enumerate(path):
+                    expected[int(before[row, seq + d])] = float(before[row, seq + r])
+            out[name] = {
+                "every_layer_as_expected": all(
+                    torch.equal(buffer[:, 0, 0], expected[: buffer.shape[0]]) for buffer in buffers
+                ),
+                "moved": int((expected != torch.arange(97, dtype=torch.float32)).sum()),
+                "rows_untouched": torch.equal(req_to_token, before),
+            }
+    finally:
+        if saved is None:
+            os.environ.pop("SGLANG_NATIVE_MOVE_KV_CACHE", None)
+        else:
+            os.environ["SGLANG_NATIVE_MOVE_KV_CACHE"] = saved
+    return out
+
+
 def _ddtree_refusal_facts() -> dict:
     """DDTreeWorker._v2_step_refusal on workers made without __init__ (patch ddtree-overlap-step): none for
     block 8 under budget 8 (N 9); a block longer than the verify (budget 4, N 5) is refused, since the block
@@ -1759,6 +1818,7 @@ def main() -> None:
                 ddtree_args, ddtree_v1_args, 16, sampled=True
             )
             facts["ddtree_v2_refusals"] = _ddtree_refusal_facts()
+            facts["move_path_kv"] = _move_path_kv_facts()
     except Exception:
         facts["probe_error"] = traceback.format_exc()
     print("DFLASH-OVERLAP-PROBE " + json.dumps(facts))

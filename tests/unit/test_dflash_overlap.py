@@ -325,6 +325,16 @@ def test_ddtree_simulations_accept_paths_off_the_first_chain(on: dict, algo: str
     assert len(off_chain) >= 5 and sim["kv_moves"] >= len(off_chain)
 
 
+@pytest.mark.parametrize("pool", ["mha", "mla"])
+def test_move_path_kv_moves_the_path_on_the_real_kv_pools(on: dict, pool: str) -> None:
+    """move_path_kv on SGLang's MHA (torch path standing for its Triton copy) and MLA KV pools: each committed
+    position's slot gets its path row's KV in every layer, overlapping moves included, nothing else changes,
+    req_to_token stays as reserved."""
+    got = on["move_path_kv"][pool]
+    assert got["every_layer_as_expected"] and got["rows_untouched"]
+    assert got["moved"] == 3, "[0, 2, 5]: positions 1 and 2; [0, 8]: position 1; [0, 1, 2] in place"
+
+
 PAIRS = ["step_pair", "step_pair_window"]  # no draft window; a compact draft window of 16
 TREE_PAIRS = ["step_pair_ddtree", "step_pair_ddtree_window"]
 
