@@ -41,8 +41,8 @@ MODES = ("none", "dflash", "ddtree-8", "ddtree-16", "ddtree-32")
 # 2026-12-02, patch 0017), @splitkv: on whatever the default; ddtree-16@eager, dflash@eager: patch 0012's
 # step CUDA graphs and patch 0013's one-launch verify metadata off (the served default is on since
 # 2026-12-01); @graphs: both on, whatever the default; ddtree-16@meta: patch 0013 alone; dflash@overlap:
-# overlap scheduling with the spec-v2 step, patches 0019-0021, off by default; DDTREE refuses it until its
-# tree step is v2). Every switch is set explicitly for every server, to the served default unless the
+# overlap scheduling with the spec-v2 step, patches 0019-0022, off by default (ddtree-16@overlap: DDTREE's
+# tree step, patch 0022)). Every switch is set explicitly for every server, to the served default unless the
 # variant says.
 FAST_STEP_ENV = "SGLANG_DFLASH_FAST_STEP"
 SPLITKV_ENV = "SGLANG_DDTREE_SPLITKV_VERIFY"

@@ -19,7 +19,9 @@ Stand-ins, where the real part needs a GPU or a model:
   assign_req_to_token_pool (Triton kernels need a GPU);
 - the real DFlashWorker's steps (patch dflash-overlap-step) run on a worker made without __init__ (it loads
   a drafter on a GPU) whose target, drafter, embedding/LM head and fused draft KV write are scripts
-  (_DFlashV2Models); the compact-row rewrite runs its torch path (its Triton kernel needs a GPU).
+  (_DFlashV2Models); the compact-row rewrite runs its torch path (its Triton kernel needs a GPU);
+- the real DDTreeWorker's steps (patch ddtree-overlap-step) the same way, with tree-shaped scripts
+  (_DDTreeV2Models); the top-k, tree building and sampling walk run their torch paths (Triton needs a GPU).
 """
 
 from __future__ import annotations
@@ -355,13 +357,16 @@ class _DFlashV2Models(_ScriptedWorker):
     TP 1 (get_tp_group is a stand-in); the LM head is the identity over a 512-token vocabulary.
     """
 
-    def __init__(self, *a, window: int | None, req_pool, allocator, **k):
+    def __init__(
+        self, *a, window: int | None, req_pool, allocator, block: int | None = None, worker_class=None, **k
+    ):
         import torch
         from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
         from sglang.srt.speculative import dflash_worker
         from sglang.srt.speculative.dflash_worker import DFlashWorker
 
         super().__init__(*a, allocator=allocator, **k)
+        self.block = block or self.n  # the drafter's block (DFLASH: the verify width)
         dflash_worker.get_tp_group = lambda: types.SimpleNamespace(world_size=1)
         self.req_pool = req_pool
         self.draft_kv: dict[int, tuple] = {}
@@ -399,11 +404,12 @@ class _DFlashV2Models(_ScriptedWorker):
             model=target_model,
             req_to_token_pool=req_pool,
         )
-        worker = object.__new__(DFlashWorker)
+        target_runner.model_config = types.SimpleNamespace(vocab_size=512)
+        worker = object.__new__(worker_class or DFlashWorker)
         worker.__dict__.update(
             device=torch.device("cpu"),
-            block_size=self.n,
-            _block_pos_offsets=torch.arange(self.n, dtype=torch.int64),
+            block_size=self.block,
+            _block_pos_offsets=torch.arange(self.block, dtype=torch.int64),
             draft_window_size=window,
             use_compact_draft_cache=window is not None,
             page_size=1,
@@ -515,7 +521,7 @@ class _DFlashV2Models(_ScriptedWorker):
     def _drafter_script(self, forward_batch):
         import torch
 
-        bs, n = forward_batch.batch_size, self.n
+        bs, n = forward_batch.batch_size, self.block
         ids = forward_batch.input_ids.view(bs, n).tolist()
         slots = forward_batch.out_cache_loc.view(bs, n).tolist()
         target_rows = self.req_pool.req_to_token
@@ -543,9 +549,14 @@ class _DFlashV2Models(_ScriptedWorker):
                     break
             commit = self._commit_for(req)
             for d in range(1, n):
-                token = self.true_token(req, seq + d)
-                hidden[i * n + d, token if d < commit else (token + 1) % 511] = 1.0
+                for token, value in self._draft_row(self.true_token(req, seq + d), d, commit).items():
+                    hidden[i * n + d, token] = value
         return types.SimpleNamespace(logits_output=types.SimpleNamespace(hidden_states=hidden))
+
+    def _draft_row(self, token: int, d: int, commit: int) -> dict[int, float]:
+        """The drafter's output at block position d (the LM head is the identity): the true token while
+        d < commit, a wrong one after."""
+        return {token if d < commit else (token + 1) % 511: 1.0}
 
     def _check_target_kv(self, req, row: int, length: int) -> None:
         """The target attends to the KV of positions 0 .. length - 1 through the request's row: each slot must
@@ -577,6 +588,120 @@ class _DFlashV2Models(_ScriptedWorker):
             self.steps += 1
         self.available_at_entry = self.allocator.available_size()
         return self.worker.forward_batch_generation(batch, on_publish=on_publish)
+
+
+class _DDTreeV2Models(_DFlashV2Models):
+    """The real DDTreeWorker's steps (prefill: DFlash's; decode: DFlashWorker._forward_decode_v2 with DDTREE's
+    tree verify input and _accept_v2, patch ddtree-overlap-step) on a worker made without __init__ (it loads
+    a drafter and captures graphs on a GPU); the models are _DFlashV2Models' scripts, made tree-shaped:
+
+    - the drafter's block row d (LM head: the identity) puts the true token first while d < commit; at
+      d == commit a wrong token first (logit 10) and the true one second (logit 9); past it the true token is
+      pushed out of the top-k. So the best-first tree holds the true chain, the wrong chain below it, and the
+      true token at depth `commit` as a sibling popped after the whole wrong chain: the accepted path ends on
+      a node whose verify row is not its path position (the slot permutation and row_index are exercised).
+      A request commits min(commit + 1, B) tokens (B: all of the depth-(B - 1) chain).
+    - the target predicts, at each verify row whose path from the root holds only true tokens, the true next
+      token; at any other row the mask token 511 (never drafted: its drafter logit is -20). Logit 10 over
+      zeros; 3 for a sampled request, so its sampling walk rejects and draws a bonus token. Each row's hidden
+      state encodes (req_to_token row, position seq_len + depth, token): the draft KV append must take the
+      committed path's rows at their path positions. The target KV written at a node's slot records
+      (seq_len + depth, token), and the KV pool's move_kv_cache moves those records, so a later step attending
+      to a position whose KV was not moved (or moved wrong) sees it.
+    Top-k and tree building run their torch paths (Triton needs a GPU); TP 1 (get_tp_group stand-ins).
+    """
+
+    def __init__(self, *a, block: int, budget: int, topk: int, **k):
+        from sglang.srt.speculative import ddtree_info, ddtree_worker
+        from sglang.srt.speculative.ddtree_utils import prepare_ddtree_plan
+        from sglang.srt.speculative.ddtree_worker import DDTreeWorker
+
+        super().__init__(*a, block=block, worker_class=DDTreeWorker, **k)
+        tp = types.SimpleNamespace(world_size=1)
+        ddtree_worker.get_tp_group = lambda: tp
+        ddtree_info.get_tp_group = lambda: tp
+        self.worker.__dict__.update(
+            ddtree_budget=budget,
+            ddtree_topk=topk,
+            num_verify_tokens=budget + 1,
+            tree_depth=block - 1,
+            tree_stage_graphs=None,
+            captures_chain_stage=False,
+        )
+        prepare_ddtree_plan(budget, topk, block - 1, 512, self.worker.device)
+        # the target's KV pool: its move_kv_cache (a Triton kernel / an index copy on a GPU) moves the records
+        self.worker.target_worker.model_runner.token_to_kv_pool = types.SimpleNamespace(
+            move_kv_cache=self._move_kv
+        )
+        self.kv_moves = 0  # pairs that moved a slot's KV to another slot
+        # per verify and request: the verify rows on the true stream (a greedy walk's accepted path)
+        self.path_rows: list[list[int]] = []
+
+    def _move_kv(self, tgt_loc, src_loc) -> None:
+        """The KV pool's move_kv_cache on the scripted target KV: every source read before any target is
+        written (the real kernels load before they store)."""
+        with _uncounted():
+            pairs = list(zip(tgt_loc.tolist(), src_loc.tolist(), strict=True))
+            values = [self.target_kv.get(src) for _, src in pairs]
+            for (tgt, src), value in zip(pairs, values, strict=True):
+                if tgt == src:
+                    continue
+                self.kv_moves += 1
+                if value is None:
+                    self.target_kv.pop(tgt, None)
+                else:
+                    self.target_kv[tgt] = value
+
+    def _draft_row(self, token: int, d: int, commit: int) -> dict[int, float]:
+        wrong = (token + 1) % 511
+        if d < commit:
+            return {token: 10.0, 511: -20.0}
+        if d == commit:
+            return {wrong: 10.0, token: 9.0, 511: -20.0}
+        return {wrong: 10.0, token: -10.0, 511: -20.0}
+
+    def _target_script(self, batch, is_verify: bool):
+        import torch
+        from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+        from sglang.srt.managers.utils import GenerationBatchResult
+
+        if not is_verify:
+            return super()._target_script(batch, is_verify)
+        spec = batch.spec_info
+        bs, n = len(batch.reqs), self.n
+        drafts = batch.input_ids.view(bs, n).tolist()
+        positions = spec.positions.view(bs, n).tolist()
+        ancestors = spec.tree.mask.view(bs, n, n).tolist()  # row i: ancestor-or-self columns
+        window = batch.out_cache_loc.view(bs, n).tolist()
+        logits = torch.zeros((bs * n, 512))
+        rows = []
+        reserved = True
+        for i, req in enumerate(batch.reqs):
+            row, seq = int(batch.req_pool_indices[i]), int(batch.seq_lens[i])
+            if self.check_reserved and window[i] != self.req_pool.req_to_token[row, seq : seq + n].tolist():
+                self.errors.append(f"{req.rid}: verify slots {window[i]} are not the reserved row entries")
+                reserved = False
+            self._check_target_kv(req, row, seq)
+            true_rows = []
+            for r in range(n):
+                self.target_kv[window[i][r]] = (positions[i][r], drafts[i][r])
+                path = [c for c in range(n) if ancestors[i][r][c]]
+                on_stream = all(drafts[i][c] == self.true_token(req, positions[i][c]) for c in path)
+                predicted = self.true_token(req, positions[i][r] + 1) if on_stream else 511
+                # a sampled request sees a flat target (the true token about 4%): its walk rejects and samples
+                logits[i * n + r, predicted] = 10.0 if req.sampling_params.temperature == 0 else 3.0
+                rows.append((row, positions[i][r], drafts[i][r]))
+                if on_stream:
+                    true_rows.append(r)
+            self.path_rows.append(true_rows)
+        if self.check_reserved and self.allocator.available_size() != self.available_at_entry:
+            self.errors.append("the v2 step allocated or freed KV slots")
+            reserved = False
+        self.verify_windows += int(reserved)
+        return GenerationBatchResult(
+            logits_output=LogitsProcessorOutput(next_token_logits=logits, hidden_states=self._hidden(rows)),
+            can_run_cuda_graph=False,
+        )
 
 
 def _simulation(
@@ -644,6 +769,20 @@ def _simulation(
             req_pool=req_pool,
             allocator=allocator,
             errors=errors,
+        )
+    elif worker_kind == "ddtree_v2":
+        worker = _DDTreeV2Models(
+            streams,
+            prompt_lens,
+            n,
+            scenario["seed"],
+            window=window,
+            req_pool=req_pool,
+            allocator=allocator,
+            errors=errors,
+            block=int(args.speculative_dflash_block_size),
+            budget=int(args.speculative_ddtree_budget),
+            topk=int(args.speculative_ddtree_topk),
         )
     else:
         worker = _ScriptedWorker(streams, prompt_lens, n, scenario["seed"], allocator, errors)
@@ -811,6 +950,8 @@ def _simulation(
         "draft_kv_rows": getattr(worker, "appended_rows", None),
         "prefix_hits": prefix_hits,
         "radix_cached_tokens": cached_tokens,
+        "path_rows": getattr(worker, "path_rows", None),
+        "kv_moves": getattr(worker, "kv_moves", None),
     }
 
 
@@ -1180,7 +1321,18 @@ def _chain_verify_facts() -> dict:
 PAIR_COMMITS = {"a": 3, "b": 8, "c": 1}  # tokens committed by the compared step (N = 8: every draft for b)
 
 
-def _pair_rig(args, window: int | None, verify_slots: list[list[int]] | None = None) -> dict:
+def _pair_commits(args) -> dict[str, int]:
+    """Tokens the compared step commits per request: PAIR_COMMITS for DFLASH; for DDTREE the path the
+    _DDTreeV2Models drafter scripts (min(commit + 1, B), ending on a sibling row below the wrong chain)."""
+    if args.speculative_algorithm != "DDTREE":
+        return dict(PAIR_COMMITS)
+    block = int(args.speculative_dflash_block_size)
+    return {rid: min(c + 1, block) for rid, c in PAIR_COMMITS.items()}
+
+
+def _pair_rig(
+    args, window: int | None, verify_slots: list[list[int]] | None = None, sampled: bool = False
+) -> dict:
     """One DFLASH decode step of the real DFlashWorker from the same state, v1 or v2 (which the global server
     arguments decide: spec v2 <=> switch and overlap on): three requests prefilled by the worker's real
     prefill step on the real ScheduleBatch / Req / pools, their first emitted token appended as the result
@@ -1197,14 +1349,21 @@ def _pair_rig(args, window: int | None, verify_slots: list[list[int]] | None = N
     from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
     from sglang.srt.sampling.sampling_params import SamplingParams
     from sglang.srt.server_args import set_global_server_args_for_scheduler
-    from sglang.srt.speculative import dflash_info, dflash_info_v2, dflash_step_host, dflash_worker
+    from sglang.srt.speculative import (
+        ddtree_info,
+        dflash_info,
+        dflash_info_v2,
+        dflash_step_host,
+        dflash_worker,
+    )
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     set_global_server_args_for_scheduler(args)
     mem_common.support_triton = lambda backend: False
-    for module in (dflash_info, dflash_info_v2, dflash_worker):
+    for module in (dflash_info, dflash_info_v2, dflash_worker, ddtree_info):
         module.assign_req_to_token_pool_func = _assign_reference
-    algo = SpeculativeAlgorithm.from_string("DFLASH")
+    algo = SpeculativeAlgorithm.from_string(args.speculative_algorithm)
+    tree = args.speculative_algorithm == "DDTREE"
     v2 = algo.supports_spec_v2()
     n = int(args.speculative_num_draft_tokens)
     rng = random.Random(3)
@@ -1224,7 +1383,16 @@ def _pair_rig(args, window: int | None, verify_slots: list[list[int]] | None = N
     )
     model_config = types.SimpleNamespace(vocab_size=512, is_encoder_decoder=False, context_len=96)
     errors: list[str] = []
-    models = _DFlashV2Models(
+    tree_kwargs = (
+        {
+            "block": int(args.speculative_dflash_block_size),
+            "budget": int(args.speculative_ddtree_budget),
+            "topk": int(args.speculative_ddtree_topk),
+        }
+        if tree
+        else {}
+    )
+    models = (_DDTreeV2Models if tree else _DFlashV2Models)(
         streams,
         {rid: len(p) for rid, p in prompts.items()},
         n,
@@ -1233,13 +1401,20 @@ def _pair_rig(args, window: int | None, verify_slots: list[list[int]] | None = N
         req_pool=req_pool,
         allocator=allocator,
         errors=errors,
+        **tree_kwargs,
     )
     models.commit_scripts = {rid: [c] for rid, c in PAIR_COMMITS.items()}
     models.check_reserved = v2
     reqs = []
     for rid, prompt in prompts.items():
         penalty = {"frequency_penalty": 0.5} if rid == "a" else {}  # the verify adjusts and feeds penalties
-        params = SamplingParams(max_new_tokens=40, temperature=0, **penalty)
+        if (
+            sampled and rid == "a"
+        ):  # a bias that moves a's greedy argmax off its 3rd token: the walk must see it
+            penalty["logit_bias"] = {str(streams[rid][3]): -100.0}
+        # `sampled`: b samples at temperature 1 (the tree's sampling walk; the same seed for v1 and v2)
+        temperature = 1.0 if sampled and rid == "b" else 0
+        params = SamplingParams(max_new_tokens=40, temperature=temperature, **penalty)
         params.normalize(None)
         params.verify(512)
         req = Req(rid, "", array("q", prompt), params, vocab_size=512, eos_token_ids={2})
@@ -1281,6 +1456,7 @@ def _pair_rig(args, window: int | None, verify_slots: list[list[int]] | None = N
     models.worker._draft_seq_lens_cpu_buf = counter.host(models.worker._draft_seq_lens_cpu_buf)
     models.available_at_entry = allocator.available_size()
     step_published: list = []
+    torch.manual_seed(11)
     try:
         with counter:
             result = models.worker.forward_batch_generation(batch, on_publish=step_published.append)
@@ -1288,7 +1464,7 @@ def _pair_rig(args, window: int | None, verify_slots: list[list[int]] | None = N
         dflash_step_host._rewrite_compact_rows_torch = torch_rewrite
     if v2:
         commit = result.accept_lens.tolist()
-        out = result.next_token_ids.view(bs, n)
+        out = result.next_token_ids.view(bs, -1)
         tokens = [out[i, : commit[i]].tolist() for i in range(bs)]
         new_lens = result.new_seq_lens.tolist()
         bonus = result.next_draft_input.bonus_tokens.tolist()
@@ -1307,7 +1483,19 @@ def _pair_rig(args, window: int | None, verify_slots: list[list[int]] | None = N
         "published_prefill": [t.tolist() for t in published],
         "published_step": [t.tolist() for t in step_published],
         "tokens": tokens,
-        "expected_tokens": [streams[rid][1 : 1 + PAIR_COMMITS[rid]] for rid in prompts],
+        "expected_tokens": [streams[rid][1 : 1 + _pair_commits(args)[rid]] for rid in prompts],
+        "path_rows": getattr(models, "path_rows", None),
+        "stride": int(result.speculative_num_draft_tokens or 0) if v2 else None,
+        "kv_moves": getattr(models, "kv_moves", None),
+        # what the target and the drafter attend to through each request's rows, position by position
+        "target_kv_rows": [
+            [models.target_kv.get(int(s)) for s in req_pool.req_to_token[rows[i], : new_lens[i]].tolist()]
+            for i in range(bs)
+        ],
+        "draft_kv_rows": [
+            [models.draft_kv.get(int(s)) for s in draft_rows[rows[i], : draft_lens[i]].tolist()]
+            for i in range(bs)
+        ],
         "new_lens": new_lens,
         "bonus": bonus,
         "reserved_before": reserved,
@@ -1330,13 +1518,13 @@ def _pair_rig(args, window: int | None, verify_slots: list[list[int]] | None = N
     }
 
 
-def _step_pair_facts(v2_args, v1_args, window: int | None) -> dict:
+def _step_pair_facts(v2_args, v1_args, window: int | None, sampled: bool = False) -> dict:
     """The same decode step, v2 then v1 on the v2 run's verify slots (see _pair_rig); and the counter's own
     control: it must count a device tensor's .item() and not a host-marked one's."""
     import torch
 
-    v2 = _pair_rig(v2_args, window)
-    v1 = _pair_rig(v1_args, window, verify_slots=v2["reserved_before"])
+    v2 = _pair_rig(v2_args, window, sampled=sampled)
+    v1 = _pair_rig(v1_args, window, verify_slots=v2["reserved_before"], sampled=sampled)
     control = _device_sync_counter()
     with control:
         torch.arange(3).sum().item()
@@ -1414,6 +1602,84 @@ def _append_v2_facts() -> dict:
             "same_lens": v1["lens"] == v2["lens"],
             "same_draft_rows": v1["draft_rows"] == v2["draft_rows"],
         }
+    return out
+
+
+def _move_path_kv_facts() -> dict:
+    """ddtree_info.move_path_kv (patch ddtree-overlap-step) on SGLang's real KV pools on CPU: MHATokenToKVPool
+    (its torch path, SGLANG_NATIVE_MOVE_KV_CACHE=1, stands for the Triton copy a GPU runs) and
+    MLATokenToKVPool (its index copy). Every slot's KV holds its slot id; three requests whose paths run
+    [0, 2, 5] (position 1 reads entry 2, which position 2 writes: the overlap the order must survive),
+    [0, 1, 2] (in place) and [0, 8]. Afterwards position d's slot must hold what row r_d's slot held, for
+    d < commit; every other slot (padding slot 0 included) its own; req_to_token unchanged."""
+    import torch
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
+    from sglang.srt.speculative.ddtree_info import move_path_kv
+
+    saved = os.environ.get("SGLANG_NATIVE_MOVE_KV_CACHE")
+    os.environ["SGLANG_NATIVE_MOVE_KV_CACHE"] = "1"
+    out = {}
+    try:
+        pools = {
+            "mha": lambda: MHATokenToKVPool(96, 1, torch.float32, 2, 4, 2, "cpu", False),
+            "mla": lambda: MLATokenToKVPool(96, 1, torch.float32, 8, 4, 2, "cpu", False),
+        }
+        for name, make in pools.items():
+            pool = make()
+            buffers = [*pool.k_buffer, *pool.v_buffer] if name == "mha" else list(pool.kv_buffer)
+            for buffer in buffers:
+                buffer.copy_(
+                    torch.arange(buffer.shape[0], dtype=buffer.dtype).view(-1, 1, 1).expand_as(buffer)
+                )
+            req_to_token = torch.zeros((4, 40), dtype=torch.int32)
+            req_to_token[1, :30] = torch.arange(1, 31)
+            req_to_token[3, :30] = torch.arange(31, 61)
+            req_to_token[2, :30] = torch.arange(61, 91)
+            seq_lens = torch.tensor([10, 4, 17])
+            pools_idx = torch.tensor([1, 3, 2])
+            paths = [[0, 2, 5], [0, 1, 2], [0, 8]]
+            local_rows = torch.zeros((3, 8), dtype=torch.int64)
+            for i, path in enumerate(paths):
+                local_rows[i, : len(path)] = torch.tensor(path)
+            commit = torch.tensor([len(p) for p in paths], dtype=torch.int32)
+            before = req_to_token.clone()
+            move_path_kv(pool, req_to_token, pools_idx, seq_lens, local_rows, commit)
+            expected = torch.arange(97, dtype=torch.float32)
+            for i, path in enumerate(paths):
+                row, seq = int(pools_idx[i]), int(seq_lens[i])
+                for d, r in enumerate(path):
+                    expected[int(before[row, seq + d])] = float(before[row, seq + r])
+            out[name] = {
+                "every_layer_as_expected": all(
+                    torch.equal(buffer[:, 0, 0], expected[: buffer.shape[0]]) for buffer in buffers
+                ),
+                "moved": int((expected != torch.arange(97, dtype=torch.float32)).sum()),
+                "rows_untouched": torch.equal(req_to_token, before),
+            }
+    finally:
+        if saved is None:
+            os.environ.pop("SGLANG_NATIVE_MOVE_KV_CACHE", None)
+        else:
+            os.environ["SGLANG_NATIVE_MOVE_KV_CACHE"] = saved
+    return out
+
+
+def _ddtree_refusal_facts() -> dict:
+    """DDTreeWorker._v2_step_refusal on workers made without __init__ (patch ddtree-overlap-step): none for
+    block 8 under budget 8 (N 9); a block longer than the verify (budget 4, N 5) is refused, since the block
+    takes req_to_token[seq_len : seq_len + B] of a reservation sized for N."""
+    from sglang.srt.speculative.ddtree_worker import DDTreeWorker
+
+    out = {}
+    for budget in (8, 7, 4):
+        worker = object.__new__(DDTreeWorker)
+        worker.__dict__.update(
+            _fused_kv_helper=object(),
+            model_runner=types.SimpleNamespace(attn_backend=_TargetAttnBackend()),
+            block_size=8,
+            num_verify_tokens=budget + 1,
+        )
+        out[str(budget)] = worker._v2_step_refusal()
     return out
 
 
@@ -1527,6 +1793,32 @@ def main() -> None:
             v1_args = prepare_server_args([*dflash, "--disable-overlap-schedule"])
             facts["step_pair"] = _step_pair_facts(dflash_args, v1_args, None)
             facts["step_pair_window"] = _step_pair_facts(dflash_args, v1_args, 16)
+            # DDTREE's v2 step (patch ddtree-overlap-step): the real DDTreeWorker, tree walk on the device
+            facts["sim_ddtree_v2"] = _simulation(ddtree_args, tree_scenario, worker_kind="ddtree_v2")
+            facts["sim_ddtree_v2_window"] = _simulation(
+                ddtree_args, tree_scenario, worker_kind="ddtree_v2", window=24
+            )
+            facts["sim_ddtree_v2_tight"] = _simulation(
+                ddtree_args, {**tree_scenario, "kv_slots": 120}, worker_kind="ddtree_v2", window=24
+            )
+            tree_radix = _radix_scenario(int(ddtree_args.speculative_num_draft_tokens))
+            facts["expected_outputs_radix_ddtree"] = _expected_outputs(tree_radix)
+            facts["sim_ddtree_v2_radix"] = _simulation(
+                ddtree_args, tree_radix, worker_kind="ddtree_v2", radix=True
+            )
+            facts["sim_ddtree_v2_radix_window"] = _simulation(
+                ddtree_args, tree_radix, worker_kind="ddtree_v2", window=24, radix=True
+            )
+            ddtree_v1_args = prepare_server_args(
+                [*ddtree, "--speculative-ddtree-budget", "12", "--disable-overlap-schedule"]
+            )
+            facts["step_pair_ddtree"] = _step_pair_facts(ddtree_args, ddtree_v1_args, None)
+            facts["step_pair_ddtree_window"] = _step_pair_facts(ddtree_args, ddtree_v1_args, 16)
+            facts["step_pair_ddtree_sampled"] = _step_pair_facts(
+                ddtree_args, ddtree_v1_args, 16, sampled=True
+            )
+            facts["ddtree_v2_refusals"] = _ddtree_refusal_facts()
+            facts["move_path_kv"] = _move_path_kv_facts()
     except Exception:
         facts["probe_error"] = traceback.format_exc()
     print("DFLASH-OVERLAP-PROBE " + json.dumps(facts))

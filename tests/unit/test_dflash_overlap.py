@@ -1,17 +1,18 @@
 """Overlap scheduling for DFLASH/DDTREE (issue 25): the switch (patch dflash-overlap-switch), the spec-v2
-inputs (patch dflash-overlap-inputs) and DFLASH's v2 decode step (patch dflash-overlap-step), in the real
-patched sglang 0.5.13.post1 on CPU (no GPU here: the models are scripts, see below).
+inputs (patch dflash-overlap-inputs), DFLASH's v2 decode step (patch dflash-overlap-step) and DDTREE's
+(patch ddtree-overlap-step), in the real patched sglang 0.5.13.post1 on CPU (no GPU here: the models are
+scripts, see below).
 
 SGLANG_DFLASH_OVERLAP is read once per process, so tests/unit/dflash_overlap_probe.py runs twice: switch off
 (today's path must be unchanged: overlap forced off, v1 everywhere) and switch on. With it on, a host
 simulation drives the real ScheduleBatch / Req / ReqToTokenPool / TokenToKVPoolAllocator / ChunkCache,
 Scheduler.run_batch's overlap branch and the real result processor through requests arriving, decoding with
 scripted acceptance, stopping and finishing one step late, and checks every forward's KV slots and the final
-allocator state; the worker is either a script or the real DFlashWorker's steps (made without __init__, its
-target and drafter scripted). One v2 decode step of the real worker is also compared with one v1 step from the
-same state, and its device-to-host copies are counted. The stand-ins (scripted models, torch loops for the
-Triton kernels, a batch selection that mirrors get_next_batch_to_run without admission control) are listed
-in the probe's docstrings.
+allocator state; the worker is either a script or the real DFlashWorker's / DDTreeWorker's steps (made
+without __init__, its target and drafter scripted). One v2 decode step of each real worker is also compared
+with one v1 step from the same state, and its device-to-host copies are counted. The stand-ins (scripted
+models, torch loops for the Triton kernels, a batch selection that mirrors get_next_batch_to_run without
+admission control) are listed in the probe's docstrings.
 """
 
 from __future__ import annotations
@@ -96,15 +97,20 @@ def test_switch_on_keeps_overlap_and_makes_spec_v2(on: dict, algo: str, verify_t
     assert got["row_headroom"] == 4 + 2 * verify_tokens
 
 
-def test_switch_on_dflash_starts_and_ddtree_refuses_until_its_tree_step_exists(on: dict) -> None:
-    """DFLASH's chain has its v2 step (patch dflash-overlap-step): the worker goes on to read its target.
-    DDTREE's tree verify is still spec-v1: refused at start, before anything is built."""
+def test_switch_on_dflash_and_ddtree_both_start(on: dict) -> None:
+    """DFLASH's chain (patch dflash-overlap-step) and DDTREE's tree (patch ddtree-overlap-step) have their v2
+    steps: both workers go past the switch and on to read their (absent) target."""
     assert on["algo_dflash"]["worker_start"] == "past the switch"
-    message = on["algo_ddtree"]["worker_start"]
-    assert message.startswith(
-        "RuntimeError: SGLANG_DFLASH_OVERLAP=1: DDTreeWorker has no spec-v2 decode step"
-    )
-    assert "--disable-overlap-schedule" in message
+    assert on["algo_ddtree"]["worker_start"] == "past the switch"
+
+
+def test_switch_on_ddtree_refuses_a_block_longer_than_its_verify(on: dict) -> None:
+    """The drafter's block takes req_to_token[seq_len : seq_len + B] from a reservation sized for N =
+    budget + 1: block 8 with budget 8 or 7 runs; with budget 4 (N 5) the worker refuses, naming the flag."""
+    got = on["ddtree_v2_refusals"]
+    assert got["8"] is None and got["7"] is None
+    assert "block (8) is longer than the tree verify (budget + 1 = 5)" in got["4"]
+    assert "--speculative-ddtree-budget" in got["4"]
 
 
 def test_switch_on_with_page_size_64_is_refused_with_one_warning(on: dict) -> None:
@@ -191,6 +197,11 @@ SIMULATIONS = [
     "dflash_v2_tight",
     "dflash_v2_radix",
     "dflash_v2_radix_window",
+    "ddtree_v2",
+    "ddtree_v2_window",
+    "ddtree_v2_tight",
+    "ddtree_v2_radix",
+    "ddtree_v2_radix_window",
 ]
 
 
@@ -215,11 +226,8 @@ def test_simulation_outputs_equal_plain_decoding(on: dict, algo: str) -> None:
     result processor, one step late)."""
     sim = on[f"sim_{algo}"]
     expected = on[
-        "expected_outputs_ddtree"
-        if algo.startswith("ddtree")
-        else "expected_outputs_radix"
-        if "radix" in algo
-        else "expected_outputs"
+        ("expected_outputs_radix" if "radix" in algo else "expected_outputs")
+        + ("_ddtree" if algo.startswith("ddtree") else "")
     ]
     assert all(sim["finished"].values()), sim["finished"]
     assert sim["outputs"] == expected
@@ -248,7 +256,7 @@ def test_simulation_sees_penalties_inside_every_forward_with_a_penalized_request
 def test_tight_pool_retracts_and_still_decodes_like_plain_decoding(on: dict) -> None:
     """A 200-slot KV pool: check_decode_mem fails, the real retract_decode releases a request (its reserved
     slots included) while its step is in flight; it is prefilled again with its output and finishes."""
-    for algo in ("dflash_tight", "dflash_v2_tight"):
+    for algo in ("dflash_tight", "dflash_v2_tight", "ddtree_v2_tight"):
         sim = on[f"sim_{algo}"]
         assert sim["retracted"], "the tight pool should force a retraction"
         assert sim["errors"] == [] and sim["kv_available"][0] == sim["kv_available"][1]
@@ -297,9 +305,7 @@ def test_padded_append_by_row_index_writes_what_v1_writes(on: dict, case: str) -
     assert got["same_placement"] and got["same_lens"] and got["same_draft_rows"], got
 
 
-@pytest.mark.parametrize(
-    "algo", ["dflash_v2", "dflash_v2_window", "dflash_v2_tight", "dflash_v2_radix", "dflash_v2_radix_window"]
-)
+@pytest.mark.parametrize("algo", [name for name in SIMULATIONS if name.endswith("_v2") or "_v2_" in name])
 def test_real_v2_step_feeds_the_drafter_every_committed_position(on: dict, algo: str) -> None:
     """The real DFlashWorker v2 step under the overlap loop: at every block the scripted drafter checks that
     its root is the relayed bonus, its slots are the reserved ones, and the draft KV it attends to (the
@@ -310,7 +316,27 @@ def test_real_v2_step_feeds_the_drafter_every_committed_position(on: dict, algo:
     assert sim["draft_kv_rows"] >= sum(len(tokens) for tokens in sim["outputs"].values())
 
 
+@pytest.mark.parametrize("algo", [name for name in SIMULATIONS if name.startswith("ddtree_v2")])
+def test_ddtree_simulations_accept_paths_off_the_first_chain(on: dict, algo: str) -> None:
+    """The tree-shaped scripts make some accepted paths end in a verify row below their depth, so the KV moves
+    (patch ddtree-overlap-step) are exercised in every DDTREE simulation, not only the identity case."""
+    sim = on[f"sim_{algo}"]
+    off_chain = [rows for rows in sim["path_rows"] if rows != list(range(len(rows)))]
+    assert len(off_chain) >= 5 and sim["kv_moves"] >= len(off_chain)
+
+
+@pytest.mark.parametrize("pool", ["mha", "mla"])
+def test_move_path_kv_moves_the_path_on_the_real_kv_pools(on: dict, pool: str) -> None:
+    """move_path_kv on SGLang's MHA (torch path standing for its Triton copy) and MLA KV pools: each committed
+    position's slot gets its path row's KV in every layer, overlapping moves included, nothing else changes,
+    req_to_token stays as reserved."""
+    got = on["move_path_kv"][pool]
+    assert got["every_layer_as_expected"] and got["rows_untouched"]
+    assert got["moved"] == 3, "[0, 2, 5]: positions 1 and 2; [0, 8]: position 1; [0, 1, 2] in place"
+
+
 PAIRS = ["step_pair", "step_pair_window"]  # no draft window; a compact draft window of 16
+TREE_PAIRS = ["step_pair_ddtree", "step_pair_ddtree_window"]
 
 
 @pytest.mark.parametrize("case", PAIRS)
@@ -342,7 +368,70 @@ def test_one_v2_step_commits_what_one_v1_step_commits(on: dict, case: str) -> No
     assert v2["requests_untouched"] and not v1["requests_untouched"]
 
 
-@pytest.mark.parametrize("case", PAIRS)
+@pytest.mark.parametrize("case", TREE_PAIRS)
+def test_one_ddtree_v2_step_commits_what_one_v1_step_commits(on: dict, case: str) -> None:
+    """The real DDTreeWorker (budget 12: N 13, block 8, top-k 4), one decode step from the same prefilled
+    state; the scripted drafter puts the true token second at depth 3 for a, first all the way for b, second
+    at depth 1 for c, so a and c accept a path whose last node lies in verify row 8 (after the wrong chain)
+    and b the whole depth-7 chain: v2 (_forward_decode_v2 with the tree walk on the device, the path's target
+    KV moved into the reserved slots of its positions, req_to_token untouched) and v1 (its allocator handing
+    out the same slots, the host copy, the frees, the row rewritten to the path's slots) commit the same
+    tokens, lengths and bonus; through their rows the target and the drafter see the same KV at every position
+    (v2: the reserved slots in order; v1: the path's slots); both feed the penalizer the same tokens."""
+    v1, v2 = on[case]["v1"], on[case]["v2"]
+    assert (v1["v2"], v2["v2"]) == (False, True)
+    assert v1["errors"] == [] and v2["errors"] == []
+    assert v2["path_rows"] == v1["path_rows"] == [[0, 1, 2, 8], [0, 1, 2, 3, 4, 5, 6, 7], [0, 8]]
+    assert v2["tokens"] == v1["tokens"] == v2["expected_tokens"]
+    commits = [len(tokens) for tokens in v2["tokens"]]
+    assert commits == [4, 8, 2]
+    assert v2["stride"] == 8, "the padded tokens' stride is the block size (the tree's depth + 1)"
+    assert v2["new_lens"] == v1["new_lens"] == [5 + 4, 30 + 8, 2 + 2]
+    assert v2["bonus"] == v1["bonus"] == [tokens[-1] for tokens in v2["tokens"]]
+    for slots_v2, slots_v1, reserved, rows, new_len in zip(
+        v2["kv_slots"], v1["kv_slots"], v2["reserved_before"], v2["path_rows"], v2["new_lens"], strict=True
+    ):
+        start = new_len - len(rows)
+        assert slots_v2[:start] == slots_v1[:start]
+        assert slots_v2[start:] == reserved[: len(rows)], "v2: the row as reserved"
+        assert slots_v1[start:] == [reserved[r] for r in rows], "v1: the path's slots, in path order"
+    assert v2["kv_moves"] == 2, "a's and c's last node (verify row 8) moves; b's path is in place"
+    assert v2["target_kv_rows"] == v1["target_kv_rows"]
+    for kv, new_len in zip(v2["target_kv_rows"], v2["new_lens"], strict=True):
+        assert [entry[0] for entry in kv] == list(range(new_len)), "each position's own KV"
+    assert v2["draft_kv_rows"] == v1["draft_kv_rows"]
+    assert sorted(v2["draft_kv_written"].values()) == sorted(v1["draft_kv_written"].values())
+    assert len(v2["draft_kv_written"]) == sum(commits), "one draft KV row per committed token"
+    assert v2["frequency_fed"] == v1["frequency_fed"] and len(v2["frequency_fed"][0]) == commits[0]
+    assert v2["published_prefill"] == [[5, 30, 2]] and v2["published_step"] == [v2["new_lens"]]
+    assert v2["requests_untouched"] and not v1["requests_untouched"]
+
+
+def test_one_ddtree_v2_step_samples_what_one_v1_step_samples(on: dict) -> None:
+    """Request b samples at temperature 1 from a flat target (the true token about 4%), the others are greedy
+    (a with a frequency penalty and a logit bias of -100 on its 3rd token); the same seed before each step:
+    v2 runs v1's logit adjustments and sampling walk (the same coins) on the device, so both commit the same
+    tokens, which for b are not the greedy ones (its walk rejected and drew a bonus) and for a stop at the
+    biased token (the walk saw the bias), and map the same KV slots and draft KV. The only host syncs v2
+    shows are the torch stand-in of the Triton sampling walk (off CUDA, ddtree_utils'
+    verify_sampling_from_logits, per_row); v1 adds its token copy."""
+    v1, v2 = on["step_pair_ddtree_sampled"]["v1"], on["step_pair_ddtree_sampled"]["v2"]
+    assert v1["errors"] == [] and v2["errors"] == []
+    assert v2["tokens"] == v1["tokens"]
+    assert v2["tokens"][2] == v2["expected_tokens"][2]
+    assert v2["tokens"][0][:2] == v2["expected_tokens"][0][:2] and len(v2["tokens"][0]) == 3
+    assert v2["tokens"][0][2] != v2["expected_tokens"][0][2], "the logit bias moves a's third token"
+    assert v2["tokens"][1] != v2["expected_tokens"][1], "b's sampling walk should have rejected"
+    assert v2["new_lens"] == v1["new_lens"] and v2["bonus"] == v1["bonus"]
+    assert v2["target_kv_rows"] == v1["target_kv_rows"] and v2["draft_kv_rows"] == v1["draft_kv_rows"]
+    assert v2["frequency_fed"] == v1["frequency_fed"]
+    assert v2["syncs"] and all(
+        "ddtree_utils.py" in call and call.endswith(" per_row") for call in v2["syncs"]
+    )
+    assert any("ddtree_info.py" in call and call.startswith("cpu at") for call in v1["syncs"])
+
+
+@pytest.mark.parametrize("case", PAIRS + TREE_PAIRS)
 def test_one_v2_step_copies_nothing_from_the_device(
     on: dict, case: str, capsys: pytest.CaptureFixture
 ) -> None:
@@ -357,7 +446,9 @@ def test_one_v2_step_copies_nothing_from_the_device(
     assert pair["v2"]["syncs"] == []
 
 
-@pytest.mark.parametrize("algo", ["dflash_v2_radix", "dflash_v2_radix_window"])
+@pytest.mark.parametrize(
+    "algo", ["dflash_v2_radix", "dflash_v2_radix_window", "ddtree_v2_radix", "ddtree_v2_radix_window"]
+)
 def test_radix_cache_hands_out_prefixes_whose_target_and_draft_kv_are_right(on: dict, algo: str) -> None:
     """The real RadixCache under the v2 step: later requests reuse a running request's prompt and a finished
     request's prompt and output. At every forward the scripted target checks that each position it attends
