@@ -23,8 +23,8 @@
 #   options-stress  stress --options-only: the crafted options target, every request option changes plain decoding's
 #                   output and DDTREE equals it token for token, chi-square at T 1 with every option (issue 28)
 #   options-stress-dflash  the same against DFLASH
-#   stress-overlap  the stress with SGLANG_DFLASH_OVERLAP=1 (overlap scheduling, the spec-v2 step: patches 0019-0021,
-#                   issue 25) on $OVERLAP_ALGORITHM (default DFLASH; DDTREE refuses the switch until its step is v2)
+#   stress-overlap  the stress with SGLANG_DFLASH_OVERLAP=1 (overlap scheduling, the spec-v2 step: patches 0019-
+#                   0022, issue 25) on $OVERLAP_ALGORITHM (DDTREE, or DFLASH)
 #   options-stress-overlap  the options stress with the same switch: the v2 step's penalties token for token
 #   secrets         secrets_tiny.py: keys enforced, none shown anywhere (issue 29)
 #   mla             the smoke on the tiny Kimi-shaped MLA target (issue 32)
@@ -70,7 +70,7 @@ PROFILE_CONTEXTS=${PROFILE_CONTEXTS:-256,4096}
 PAIRED_MODES=${PAIRED_MODES:-ddtree-16@eager,ddtree-16} PAIRED_CONTEXTS=${PAIRED_CONTEXTS:-256}
 PAIRED_ROUNDS=${PAIRED_ROUNDS:-8}
 PROFILE_MLA_MODES=${PROFILE_MLA_MODES:-ddtree-8,ddtree-8@eager,dflash,none}
-OVERLAP_ALGORITHM=${OVERLAP_ALGORITHM:-DFLASH}
+OVERLAP_ALGORITHM=${OVERLAP_ALGORITHM:-DDTREE}
 TIMING_JOBS=" stacks stacks-c32 profile profile-c32 paired options core-bench verify-bench profile-mla "
 PAIRLESS_JOBS=" core-bench verify-bench profile-mla "
 GRAPHS_ENV=(SGLANG_DFLASH_STEP_GRAPHS=1 SGLANG_DDTREE_FAST_METADATA=1)

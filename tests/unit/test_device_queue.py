@@ -148,9 +148,9 @@ def test_device_jobs_run_their_commands_with_their_switches(
         f"arch= graphs= meta= {stress} {out / 'options-stress-dflash' / 'stress'} --tp 1 --options-only"
         " --algorithm DFLASH",
         f"arch= graphs= meta= overlap=1 {stress} {out / 'stress-overlap' / 'stress'} --tp 1"
-        " --algorithm DFLASH",
+        " --algorithm DDTREE",
         f"arch= graphs= meta= overlap=1 {stress} {out / 'options-stress-overlap' / 'stress'} --tp 1"
-        " --options-only --algorithm DFLASH",
+        " --options-only --algorithm DDTREE",
     ]
     status = (out / "queue" / "status.txt").read_text()
     assert all(f"{job}: exit 0 after" in status for job in jobs), status
