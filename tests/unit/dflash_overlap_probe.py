@@ -634,6 +634,7 @@ class _DDTreeV2Models(_DFlashV2Models):
             move_kv_cache=self._move_kv
         )
         self.kv_moves = 0  # pairs that moved a slot's KV to another slot
+        self.graded = False  # a sampled request's target: two runners-up (for the sampling filters)
         # per verify and request: the verify rows on the true stream (a greedy walk's accepted path)
         self.path_rows: list[list[int]] = []
 
@@ -690,6 +691,10 @@ class _DDTreeV2Models(_DFlashV2Models):
                 predicted = self.true_token(req, positions[i][r] + 1) if on_stream else 511
                 # a sampled request sees a flat target (the true token about 4%): its walk rejects and samples
                 logits[i * n + r, predicted] = 10.0 if req.sampling_params.temperature == 0 else 3.0
+                if self.graded and req.sampling_params.temperature > 0:
+                    # runners-up for the top-k / top-p / min-p filters: 2.5 and 2.0 after the predicted token
+                    logits[i * n + r, (predicted + 1) % 511] = 2.5
+                    logits[i * n + r, (predicted + 2) % 511] = 2.0
                 rows.append((row, positions[i][r], drafts[i][r]))
                 if on_stream:
                     true_rows.append(r)
@@ -709,14 +714,18 @@ def _simulation(
 ) -> dict:
     """Requests arrive, decode and finish under the overlap loop; returns what the test asserts."""
     import torch
+    from sglang.srt.disaggregation.utils import DisaggregationMode
     from sglang.srt.managers import scheduler as scheduler_module
+    from sglang.srt.managers.io_struct import AbortReq
     from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+    from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder
     from sglang.srt.managers.scheduler_components.batch_result_processor import SchedulerBatchResultProcessor
     from sglang.srt.mem_cache import common as mem_common
     from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams
     from sglang.srt.mem_cache.cache_init_params import CacheInitParams
     from sglang.srt.mem_cache.chunk_cache import ChunkCache
+    from sglang.srt.mem_cache.common import maybe_cache_unfinished_req
     from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
     from sglang.srt.mem_cache.radix_cache import RadixCache
     from sglang.srt.sampling.sampling_params import SamplingParams
@@ -862,6 +871,73 @@ def _simulation(
             waiting.remove(req)
         return admitted
 
+    def admit_chunked(waiting: list) -> list:
+        """get_new_batch_prefill's admission with the real PrefillAdder and chunked prefill (scenario
+        "chunk" = chunked_prefill_size): the chunked request first, then waiting requests while they fit;
+        the adder truncates the one that overflows the chunk and it becomes the chunked request."""
+        nonlocal chunked_req
+        adder = PrefillAdder(
+            1,
+            cache,
+            allocator,
+            running,
+            0.7,  # the scheduler's initial new_token_ratio
+            16384,  # max_prefill_tokens
+            scenario["chunk"],
+            max_running_requests=req_pool.size,
+            waiting_queue_len=len(waiting),
+        )
+        if chunked_req is not None:
+            chunked_req.init_next_round_input()
+            chunked_req = adder.add_chunked_req(chunked_req)
+        for req in list(waiting):
+            running_bs = len(running.reqs) if running is not None else 0
+            if len(adder.can_run_list) >= min(req_pool.size - running_bs, req_pool.available_size()):
+                break
+            req.init_next_round_input(cache)
+            has_chunked = chunked_req is not None
+            added = adder.add_one_req(req, has_chunked_req=has_chunked, truncation_align_size=None)
+            if added != AddReqResult.CONTINUE:
+                break
+        admitted = list(adder.can_run_list)
+        waiting[:] = [r for r in waiting if r not in admitted]
+        if adder.new_chunked_req is not None:
+            assert chunked_req is None
+            chunked_req = adder.new_chunked_req
+        if chunked_req is not None:
+            chunked_req.inflight_middle_chunks += 1
+            chunk_sizes.append((chunked_req.rid, chunked_req.extend_input_len))
+        return admitted
+
+    def abort(rid: str) -> None:
+        """The real Scheduler.abort_request, as process_input_requests calls it at the top of an iteration
+        (cur_batch: the batch launched in the previous iteration, still in flight)."""
+        req = next(r for r in all_reqs if r.rid == rid)
+        state = (
+            "finished"
+            if req.finished()
+            else "chunked"
+            if req is chunked_req
+            else "prefill in flight"
+            if last_batch is not None and last_batch.forward_mode.is_extend() and req in last_batch.reqs
+            else "decoding"
+            if running is not None and req in running.reqs
+            else "waiting"
+            if req in waiting
+            else "elsewhere"
+        )
+        abort_states[rid] = [state, len(req.output_ids)]
+        view = types.SimpleNamespace(
+            waiting_queue=waiting,
+            enable_hicache_storage=False,
+            ipc_channels=types.SimpleNamespace(send_to_tokenizer=_NoOp()),
+            disaggregation_mode=DisaggregationMode.NULL,
+            grammar_manager=_NoOp(),
+            cur_batch=last_batch,
+            running_batch=running if running is not None else types.SimpleNamespace(reqs=[]),
+        )
+        scheduler_module.Scheduler.abort_request(view, AbortReq(rid=rid))
+
     pending = sorted(scenario["requests"], key=lambda r: r["arrive"])
     waiting: list = []
     running = None
@@ -872,11 +948,21 @@ def _simulation(
     retracted: list[str] = []
     widest = 0
     iteration = 0
+    chunked_req = None  # the scheduler's chunked_req (scenario "chunk")
+    chunk_sizes: list[tuple[str, int]] = []  # (rid, tokens) of each middle chunk scheduled
+    aborts: dict[str, int] = scenario.get("aborts", {})  # rid -> iteration its AbortReq arrives
+    abort_states: dict[str, list] = {}  # rid -> [where it was, tokens out] when aborted
     while iteration < 400:
-        # get_next_batch_to_run's order: merge the last prefill (finished ones filtered), prefill first,
-        # else filter the running batch's finished requests, check memory (retract), prepare the decode step.
+        for rid, when in aborts.items():  # process_input_requests: an AbortReq arrives
+            if when == iteration:
+                abort(rid)
+        # get_next_batch_to_run's order: the chunked request kept out of the merge (its chunk cached),
+        # merge the last prefill (finished ones filtered), prefill first, else filter the running batch's
+        # finished requests, check memory (retract), prepare the decode step.
+        if chunked_req is not None and chunked_req.fill_len > len(chunked_req.prefix_indices):
+            maybe_cache_unfinished_req(chunked_req, cache, chunked=True)  # stash_chunked_request
         if last_batch is not None and last_batch.forward_mode.is_extend():
-            last_batch.filter_batch()
+            last_batch.filter_batch(chunked_req_to_exclude=[chunked_req] if chunked_req is not None else [])
             if not last_batch.is_empty():
                 if running is None or running.is_empty():
                     running = last_batch
@@ -889,9 +975,14 @@ def _simulation(
             all_reqs.append(req)
             waiting.append(req)
         batch = None
-        admitted = admit(waiting) if waiting else []
+        if scenario.get("chunk"):
+            admitted = admit_chunked(waiting) if waiting or chunked_req is not None else []
+        else:
+            admitted = admit(waiting) if waiting else []
         if admitted:
-            batch = ScheduleBatch.init_new(admitted, req_pool, allocator, cache, model_config, True, algo)
+            batch = ScheduleBatch.init_new(
+                admitted, req_pool, allocator, cache, model_config, True, algo, chunked_req=chunked_req
+            )
             batch.prepare_for_extend()
         elif running is not None:
             running.filter_batch()
@@ -952,6 +1043,9 @@ def _simulation(
         "radix_cached_tokens": cached_tokens,
         "path_rows": getattr(worker, "path_rows", None),
         "kv_moves": getattr(worker, "kv_moves", None),
+        "chunk_sizes": chunk_sizes,
+        "abort_states": abort_states,
+        "finish_reasons": {r.rid: type(r.finished_reason).__name__ for r in all_reqs},
     }
 
 
@@ -1020,6 +1114,38 @@ def _radix_scenario(n: int) -> dict:
         r.update(stream=[rng.randrange(10, 500) for _ in range(20)], max_new=20)
     scenario["requests"] = scenario["requests"] + extra
     return scenario
+
+
+def _chunked(scenario: dict, chunk: int = 16) -> dict:
+    """`scenario` under chunked prefill (the real PrefillAdder, chunked_prefill_size `chunk`): two long
+    prompts arrive while others decode (L: 60 tokens, four chunks; M: 45 tokens, waiting behind L's chunks,
+    then chunked itself, an EOS inside its output); e's 36-token prompt is chunked too."""
+    rng = random.Random(23)
+    eos = scenario["eos"]
+    m_stream = [rng.randrange(10, 500) for _ in range(20)]
+    m_stream[9] = eos
+    extra = [
+        {"rid": "L", "prompt": [rng.randrange(10, 500) for _ in range(60)], "max_new": 30, "arrive": 4},
+        {"rid": "M", "prompt": [rng.randrange(10, 500) for _ in range(45)], "max_new": 20, "arrive": 4},
+    ]
+    extra[0]["stream"] = [rng.randrange(10, 500) for _ in range(30)]
+    extra[1]["stream"] = m_stream
+    return {**scenario, "requests": scenario["requests"] + extra, "chunk": chunk}
+
+
+def _aborted(scenario: dict) -> dict:
+    """`scenario` (chunked) plus requests aborted through the real Scheduler.abort_request while a step for
+    them is in flight: x while its prefill runs, y while it decodes, z (a 70-token prompt) between two of its
+    chunks; their AbortReq arrives at the top of the iteration, as process_input_requests handles it."""
+    rng = random.Random(29)
+    extra = [
+        {"rid": "x", "prompt": [4] * 6, "max_new": 40, "arrive": 20},
+        {"rid": "y", "prompt": [6] * 7, "max_new": 60, "arrive": 1},
+        {"rid": "z", "prompt": [rng.randrange(10, 500) for _ in range(70)], "max_new": 20, "arrive": 24},
+    ]
+    for r in extra:
+        r["stream"] = [rng.randrange(10, 500) for _ in range(r["max_new"])]
+    return {**scenario, "requests": scenario["requests"] + extra, "aborts": {"x": 21, "y": 9, "z": 26}}
 
 
 def _expected_outputs(scenario: dict) -> dict:
@@ -1318,6 +1444,18 @@ def _chain_verify_facts() -> dict:
     return {"cases": cases}
 
 
+# b's filters in the sampled DDTREE pairs (target logits 3, 2.5, 2, the rest 0): the tight ones leave the
+# predicted token alone (b's walk then emits the greedy tokens), the loose ones a random choice among few
+SAMPLING_FILTERS = {
+    "none": {},
+    "top_p_tight": {"top_p": 0.02},
+    "top_p": {"top_p": 0.1},
+    "top_k": {"top_k": 2},
+    "min_p_tight": {"min_p": 0.7},
+    "min_p": {"min_p": 0.3},
+    "together": {"top_k": 3, "top_p": 0.1, "min_p": 0.3},
+}
+
 PAIR_COMMITS = {"a": 3, "b": 8, "c": 1}  # tokens committed by the compared step (N = 8: every draft for b)
 
 
@@ -1331,7 +1469,11 @@ def _pair_commits(args) -> dict[str, int]:
 
 
 def _pair_rig(
-    args, window: int | None, verify_slots: list[list[int]] | None = None, sampled: bool = False
+    args,
+    window: int | None,
+    verify_slots: list[list[int]] | None = None,
+    sampled: bool = False,
+    filters: dict | None = None,
 ) -> dict:
     """One DFLASH decode step of the real DFlashWorker from the same state, v1 or v2 (which the global server
     arguments decide: spec v2 <=> switch and overlap on): three requests prefilled by the worker's real
@@ -1405,6 +1547,7 @@ def _pair_rig(
     )
     models.commit_scripts = {rid: [c] for rid, c in PAIR_COMMITS.items()}
     models.check_reserved = v2
+    models.graded = bool(filters)
     reqs = []
     for rid, prompt in prompts.items():
         penalty = {"frequency_penalty": 0.5} if rid == "a" else {}  # the verify adjusts and feeds penalties
@@ -1414,6 +1557,8 @@ def _pair_rig(
             penalty["logit_bias"] = {str(streams[rid][3]): -100.0}
         # `sampled`: b samples at temperature 1 (the tree's sampling walk; the same seed for v1 and v2)
         temperature = 1.0 if sampled and rid == "b" else 0
+        if sampled and rid == "b" and filters:  # top_p / top_k / min_p on b's sampling walk
+            penalty.update(filters)
         params = SamplingParams(max_new_tokens=40, temperature=temperature, **penalty)
         params.normalize(None)
         params.verify(512)
@@ -1518,13 +1663,15 @@ def _pair_rig(
     }
 
 
-def _step_pair_facts(v2_args, v1_args, window: int | None, sampled: bool = False) -> dict:
+def _step_pair_facts(
+    v2_args, v1_args, window: int | None, sampled: bool = False, filters: dict | None = None
+) -> dict:
     """The same decode step, v2 then v1 on the v2 run's verify slots (see _pair_rig); and the counter's own
     control: it must count a device tensor's .item() and not a host-marked one's."""
     import torch
 
-    v2 = _pair_rig(v2_args, window, sampled=sampled)
-    v1 = _pair_rig(v1_args, window, verify_slots=v2["reserved_before"], sampled=sampled)
+    v2 = _pair_rig(v2_args, window, sampled=sampled, filters=filters)
+    v1 = _pair_rig(v1_args, window, verify_slots=v2["reserved_before"], sampled=sampled, filters=filters)
     control = _device_sync_counter()
     with control:
         torch.arange(3).sum().item()
@@ -1817,6 +1964,30 @@ def main() -> None:
             facts["step_pair_ddtree_sampled"] = _step_pair_facts(
                 ddtree_args, ddtree_v1_args, 16, sampled=True
             )
+            # chunked prefill (the real PrefillAdder) and aborts in flight (the real Scheduler.abort_request)
+            for name, sim_args, base, kind, window, radix in (
+                ("dflash_v2_chunked", dflash_args, _chunked(scenario), "dflash_v2", 24, False),
+                ("ddtree_v2_chunked", ddtree_args, _chunked(tree_scenario), "ddtree_v2", None, False),
+                ("ddtree_v2_chunked_radix", ddtree_args, _chunked(tree_radix), "ddtree_v2", 24, True),
+                ("dflash_v2_abort", dflash_args, _aborted(_chunked(scenario)), "dflash_v2", 24, False),
+                ("ddtree_v2_abort", ddtree_args, _aborted(_chunked(tree_scenario)), "ddtree_v2", None, False),
+                (
+                    "ddtree_v2_abort_tight",
+                    ddtree_args,
+                    {**_aborted(_chunked(tree_scenario)), "kv_slots": 160},
+                    "ddtree_v2",
+                    24,
+                    False,
+                ),
+            ):
+                sim = _simulation(sim_args, base, worker_kind=kind, window=window, radix=radix)
+                sim["expected"] = _expected_outputs(base)
+                facts[f"sim_{name}"] = sim
+            # the sampling walk's filters, alone and together (b at temperature 1 over a graded target)
+            facts["step_pair_ddtree_filters"] = {
+                name: _step_pair_facts(ddtree_args, ddtree_v1_args, 16, sampled=True, filters=filters)
+                for name, filters in SAMPLING_FILTERS.items()
+            }
             facts["ddtree_v2_refusals"] = _ddtree_refusal_facts()
             facts["move_path_kv"] = _move_path_kv_facts()
     except Exception:

@@ -462,3 +462,99 @@ def test_radix_cache_hands_out_prefixes_whose_target_and_draft_kv_are_right(on: 
     assert hits["h"] >= 16 and hits["k"] >= 40, "prefixes of a finished request's prompt and output"
     assert sim["radix_cached_tokens"] > 0
     assert sim["kv_available"][0] == sim["kv_available"][1]
+
+
+# Chunked prefill (the real PrefillAdder, chunk 16) and aborts in flight (the real Scheduler.abort_request)
+# in the overlap-loop simulation, with the real workers' v2 steps: DFLASH with a compact draft window of 24,
+# DDTREE without a window, DDTREE with the radix cache and a window, DDTREE in a 160-slot pool that retracts.
+CHUNKED = ["dflash_v2_chunked", "ddtree_v2_chunked", "ddtree_v2_chunked_radix"]
+ABORTED = ["dflash_v2_abort", "ddtree_v2_abort", "ddtree_v2_abort_tight"]
+
+
+@pytest.mark.parametrize("algo", CHUNKED + ABORTED)
+def test_chunked_prefill_under_v2_checks_every_forward_and_leaks_nothing(on: dict, algo: str) -> None:
+    """Long prompts prefilled over several forwards while the others decode under v2 (L: 60 tokens in four
+    chunks; M: 45 tokens, its first chunk what L's last one left of the 16; e: 36; each middle chunk <= 16):
+    at every forward the target checks each attended position's KV (the earlier chunks' included) and the
+    drafter the draft KV of every committed position (the chunks' rows appended chunk by chunk); no slot or
+    req slot leaked, the reservations inside the rows."""
+    sim = on[f"sim_{algo}"]
+    assert sim["errors"] == []
+    chunked = {rid for rid, _ in sim["chunk_sizes"]}
+    assert {"L", "M", "e"} <= chunked, sim["chunk_sizes"]
+    assert all(0 < size <= 16 for _, size in sim["chunk_sizes"])
+    assert len([rid for rid, _ in sim["chunk_sizes"] if rid == "L"]) == 3, "L: three middle chunks"
+    assert sim["verify_steps"] >= 8 and sim["verify_windows"] == sim["verify_steps"]
+    assert sim["kv_available"][0] == sim["kv_available"][1], "KV slots leaked"
+    assert sim["req_slots_available"][0] == sim["req_slots_available"][1], "req slots leaked"
+    assert sim["widest_reservation"] <= sim["row_width"]
+
+
+@pytest.mark.parametrize("algo", CHUNKED)
+def test_chunked_prefill_under_v2_outputs_equal_plain_decoding(on: dict, algo: str) -> None:
+    """The chunked requests' bonus tokens of middle chunks are stashed in the FutureMap and overwritten by
+    the last chunk's: every output (the chunked ones included) equals plain decoding."""
+    sim = on[f"sim_{algo}"]
+    assert all(sim["finished"].values()), sim["finished"]
+    assert sim["outputs"] == sim["expected"]
+    assert sim["prefix_hits"] == {} or "radix" in algo
+
+
+def test_chunked_prefill_with_the_radix_cache_reuses_prefixes(on: dict) -> None:
+    sim = on["sim_ddtree_v2_chunked_radix"]
+    assert sim["radix_cached_tokens"] > 0
+    # the radix scenario's h and k reuse a's prompt and output: their first chunk is what the cache lacks
+    assert len(sim["chunk_sizes"]) >= 6
+
+
+@pytest.mark.parametrize("algo", ABORTED)
+def test_abort_while_a_v2_step_is_in_flight_frees_each_slot_once(on: dict, algo: str) -> None:
+    """Aborts through the real Scheduler.abort_request (to_finish, method 3) while a v2 step for the request
+    is in flight: y while it decodes, x while its prefill runs, z between two chunks (the tight pool: y
+    after a retraction, while its new prefill is chunked; x and z still waiting, popped from the queue). The
+    next step still carries the request (its reservation in the row) and its result is skipped; the request
+    is released once: no slot leaked or freed twice (a double free would grow the free list past the start),
+    no error at any forward; the others' outputs equal plain decoding; an aborted request's output is a
+    prefix of its plain output."""
+    sim = on[f"sim_{algo}"]
+    assert sim["errors"] == []
+    states = {rid: state for rid, (state, _) in sim["abort_states"].items()}
+    if algo == "ddtree_v2_abort_tight":
+        assert sim["retracted"] and states == {"y": "chunked", "x": "waiting", "z": "waiting"}
+    else:
+        assert states == {"y": "decoding", "x": "prefill in flight", "z": "chunked"}
+    assert sim["kv_available"][0] == sim["kv_available"][1]
+    assert sim["req_slots_available"][0] == sim["req_slots_available"][1]
+    for rid, expected in sim["expected"].items():
+        state = states.get(rid)
+        if state is None:
+            assert sim["outputs"][rid] == expected and sim["finished"][rid], rid
+        elif state == "waiting":
+            assert sim["outputs"][rid] == [] and sim["finish_reasons"][rid] == "NoneType", rid
+        else:
+            assert sim["finish_reasons"][rid] == "FINISH_ABORT", (rid, sim["finish_reasons"][rid])
+            assert sim["outputs"][rid] == expected[: len(sim["outputs"][rid])], rid
+
+
+@pytest.mark.parametrize(
+    "variant", ["none", "top_p_tight", "top_p", "top_k", "min_p_tight", "min_p", "together"]
+)
+def test_one_ddtree_v2_step_applies_the_sampling_filters_as_v1(on: dict, variant: str) -> None:
+    """The sampled DDTREE pair with b's top-p / top-k / min-p filters, alone and together (b at temperature 1
+    over a target with two runners-up, logits 3, 2.5, 2; the same seed before each step): v1 and v2 commit the
+    same tokens, lengths, bonus, target and draft KV through the rows, penalizer feed. The tight filters
+    (top_p 0.02, min_p 0.7) leave only the predicted token, so b's walk emits the greedy tokens: the filter
+    reached v2's walk; the loose ones draw among the runners-up (b's tokens then leave the greedy ones)."""
+    pair = on["step_pair_ddtree_filters"][variant]
+    v1, v2 = pair["v1"], pair["v2"]
+    assert v1["errors"] == [] and v2["errors"] == []
+    assert v2["tokens"] == v1["tokens"]
+    assert v2["new_lens"] == v1["new_lens"] and v2["bonus"] == v1["bonus"]
+    assert v2["target_kv_rows"] == v1["target_kv_rows"] and v2["draft_kv_rows"] == v1["draft_kv_rows"]
+    assert v2["frequency_fed"] == v1["frequency_fed"]
+    greedy_b = v2["expected_tokens"][1]
+    if variant.endswith("_tight"):
+        assert v2["tokens"][1] == greedy_b, "a tight filter leaves the predicted token only"
+    else:
+        assert v2["tokens"][1] != greedy_b, "b samples: its walk should leave the greedy tokens"
+    assert all("ddtree_utils.py" in call and call.endswith(" per_row") for call in v2["syncs"]), v2["syncs"]
