@@ -920,13 +920,15 @@ def _simulation(
             if req is chunked_req
             else "prefill in flight"
             if last_batch is not None and last_batch.forward_mode.is_extend() and req in last_batch.reqs
-            else "decoding"
+            else "decode in flight"
+            if last_batch is not None and last_batch.forward_mode.is_decode() and req in last_batch.reqs
+            else "running"
             if running is not None and req in running.reqs
             else "waiting"
             if req in waiting
             else "elsewhere"
         )
-        abort_states[rid] = [state, len(req.output_ids)]
+        abort_states[rid] = [state, len(req.output_ids), req.kv_committed_len, req.kv_allocated_len]
         view = types.SimpleNamespace(
             waiting_queue=waiting,
             enable_hicache_storage=False,
@@ -1135,8 +1137,9 @@ def _chunked(scenario: dict, chunk: int = 16) -> dict:
 
 def _aborted(scenario: dict) -> dict:
     """`scenario` (chunked) plus requests aborted through the real Scheduler.abort_request while a step for
-    them is in flight: x while its prefill runs, y while it decodes, z (a 70-token prompt) between two of its
-    chunks; their AbortReq arrives at the top of the iteration, as process_input_requests handles it."""
+    them is in flight: x while its prefill runs, y while its decode step runs (at iteration 9 the chunked
+    prefills still starve its decode), z (a 70-token prompt) between two of its chunks; their AbortReq
+    arrives at the top of the iteration, as process_input_requests handles it."""
     rng = random.Random(29)
     extra = [
         {"rid": "x", "prompt": [4] * 6, "max_new": 40, "arrive": 20},
@@ -1145,7 +1148,7 @@ def _aborted(scenario: dict) -> dict:
     ]
     for r in extra:
         r["stream"] = [rng.randrange(10, 500) for _ in range(r["max_new"])]
-    return {**scenario, "requests": scenario["requests"] + extra, "aborts": {"x": 21, "y": 9, "z": 26}}
+    return {**scenario, "requests": scenario["requests"] + extra, "aborts": {"x": 21, "y": 18, "z": 26}}
 
 
 def _expected_outputs(scenario: dict) -> dict:

@@ -510,19 +510,22 @@ def test_chunked_prefill_with_the_radix_cache_reuses_prefixes(on: dict) -> None:
 @pytest.mark.parametrize("algo", ABORTED)
 def test_abort_while_a_v2_step_is_in_flight_frees_each_slot_once(on: dict, algo: str) -> None:
     """Aborts through the real Scheduler.abort_request (to_finish, method 3) while a v2 step for the request
-    is in flight: y while it decodes, x while its prefill runs, z between two chunks (the tight pool: y
-    after a retraction, while its new prefill is chunked; x and z still waiting, popped from the queue). The
+    is in flight: y while its decode step runs, x while its prefill runs, z between two chunks (the tight
+    pool: y decoding again after a retraction; x and z still waiting, popped from the queue). The
     next step still carries the request (its reservation in the row) and its result is skipped; the request
     is released once: no slot leaked or freed twice (a double free would grow the free list past the start),
-    no error at any forward; the others' outputs equal plain decoding; an aborted request's output is a
-    prefix of its plain output."""
+    no error at any forward; the others' outputs equal plain decoding; an aborted request's output agrees
+    with its plain output as far as both go."""
     sim = on[f"sim_{algo}"]
     assert sim["errors"] == []
-    states = {rid: state for rid, (state, _) in sim["abort_states"].items()}
+    states = {rid: state[0] for rid, state in sim["abort_states"].items()}
     if algo == "ddtree_v2_abort_tight":
-        assert sim["retracted"] and states == {"y": "chunked", "x": "waiting", "z": "waiting"}
+        assert "y" in sim["retracted"], "y decodes again after a retraction when it is aborted"
+        assert states == {"y": "decode in flight", "x": "waiting", "z": "waiting"}
     else:
-        assert states == {"y": "decoding", "x": "prefill in flight", "z": "chunked"}
+        assert states == {"y": "decode in flight", "x": "prefill in flight", "z": "chunked"}
+    _, _, committed, allocated = sim["abort_states"]["y"]
+    assert committed < allocated, "y's step in flight holds a reservation past its committed length"
     assert sim["kv_available"][0] == sim["kv_available"][1]
     assert sim["req_slots_available"][0] == sim["req_slots_available"][1]
     for rid, expected in sim["expected"].items():
@@ -533,7 +536,12 @@ def test_abort_while_a_v2_step_is_in_flight_frees_each_slot_once(on: dict, algo:
             assert sim["outputs"][rid] == [] and sim["finish_reasons"][rid] == "NoneType", rid
         else:
             assert sim["finish_reasons"][rid] == "FINISH_ABORT", (rid, sim["finish_reasons"][rid])
-            assert sim["outputs"][rid] == expected[: len(sim["outputs"][rid])], rid
+            out = sim["outputs"][rid]
+            # upstream's v2 result path appends a step's tokens, then check_finished takes to_finish before
+            # any length check: an aborted request's output is not trimmed at max_new (v1 appends token by
+            # token and stops at the first); the tight pool's y runs 5 tokens past its 60
+            assert out[: len(expected)] == expected[: len(out)], rid
+            assert len(out) < len(expected) + 8, "at most one step past max_new"
 
 
 @pytest.mark.parametrize(
