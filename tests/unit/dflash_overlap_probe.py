@@ -901,6 +901,10 @@ def _simulation(
                 break
         admitted = list(adder.can_run_list)
         waiting[:] = [r for r in waiting if r not in admitted]
+        if radix:  # the cached prefix each newly admitted request starts from (the adder locked it)
+            for req in admitted:
+                if req is not chunked_req:
+                    prefix_hits[req.rid] = prefix_hits.get(req.rid, 0) + len(req.prefix_indices)
         if adder.new_chunked_req is not None:
             assert chunked_req is None
             chunked_req = adder.new_chunked_req
@@ -1974,6 +1978,31 @@ def main() -> None:
                 ("ddtree_v2_chunked_radix", ddtree_args, _chunked(tree_radix), "ddtree_v2", 24, True),
                 ("dflash_v2_abort", dflash_args, _aborted(_chunked(scenario)), "dflash_v2", 24, False),
                 ("ddtree_v2_abort", ddtree_args, _aborted(_chunked(tree_scenario)), "ddtree_v2", None, False),
+                # retraction with the radix cache (the real PrefillAdder counts and evicts the cached tokens)
+                (
+                    "dflash_v2_radix_tight",
+                    dflash_args,
+                    {**_chunked(radix_scenario), "kv_slots": 160},
+                    "dflash_v2",
+                    24,
+                    True,
+                ),
+                (
+                    "ddtree_v2_radix_tight",
+                    ddtree_args,
+                    {**_chunked(tree_radix), "kv_slots": 240},
+                    "ddtree_v2",
+                    None,
+                    True,
+                ),
+                (
+                    "ddtree_v2_radix_tight_window",
+                    ddtree_args,
+                    {**_chunked(tree_radix), "kv_slots": 160},
+                    "ddtree_v2",
+                    24,
+                    True,
+                ),
                 (
                     "ddtree_v2_abort_tight",
                     ddtree_args,

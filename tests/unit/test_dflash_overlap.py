@@ -507,6 +507,28 @@ def test_chunked_prefill_with_the_radix_cache_reuses_prefixes(on: dict) -> None:
     assert len(sim["chunk_sizes"]) >= 6
 
 
+RADIX_TIGHT = ["dflash_v2_radix_tight", "ddtree_v2_radix_tight", "ddtree_v2_radix_tight_window"]
+
+
+@pytest.mark.parametrize("algo", RADIX_TIGHT)
+def test_retraction_with_the_radix_cache_under_v2(on: dict, algo: str) -> None:
+    """The radix scenario, chunked, in a 160- or 240-slot pool: the real PrefillAdder counts the cached
+    tokens and the allocations evict them; check_decode_mem fails and the real retract_decode releases
+    requests (their reserved slots included) while their step is in flight, into the radix cache; they
+    come back on a cached prefix. At every forward the target and drafter check the KV of every attended
+    position (a reused prefix included); outputs equal plain decoding; evicting the tree at the end frees
+    every slot."""
+    sim = on[f"sim_{algo}"]
+    assert sim["errors"] == []
+    assert sim["retracted"], "the tight pool should force a retraction"
+    assert all(sim["finished"].values()) and sim["outputs"] == sim["expected"]
+    assert sim["kv_available"][0] == sim["kv_available"][1]
+    assert sim["req_slots_available"][0] == sim["req_slots_available"][1]
+    hits = sim["prefix_hits"]
+    assert hits["i"] == 11 and hits["h"] > 0 and hits["k"] > 0, hits
+    assert sim["radix_cached_tokens"] > 0
+
+
 @pytest.mark.parametrize("algo", ABORTED)
 def test_abort_while_a_v2_step_is_in_flight_frees_each_slot_once(on: dict, algo: str) -> None:
     """Aborts through the real Scheduler.abort_request (to_finish, method 3) while a v2 step for the request
