@@ -709,6 +709,36 @@ class _DDTreeV2Models(_DFlashV2Models):
         )
 
 
+def _track_future_map_reads(future_map, errors: list) -> None:
+    """What FutureMap does in SGLang's CI (SGLANG_IS_IN_CI: its buffers start at -1, a gather asserts
+    non-negative values and writes -1 back), for DFlashFutureMap's bonus tokens and, beyond CI, the
+    published lengths: each step must read a bonus stashed and lengths published since the last read of
+    that request slot (a stale value, even a right one, shows a missing stash or publish)."""
+    future_map.output_tokens_buf.fill_(-1)
+    future_map.new_seq_lens_buf.fill_(-1)
+    resolve_extras, resolve_lens = future_map._resolve_spec_extras, future_map.resolve_seq_lens_cpu
+
+    def extras(batch) -> None:
+        resolve_extras(batch)
+        spec = batch.spec_info
+        if spec is None:
+            return
+        if (spec.bonus_tokens < 0).any():
+            errors.append(f"FutureMap: bonus read without a stash at slots {spec.future_indices.tolist()}")
+        future_map.output_tokens_buf[spec.future_indices] = -1
+
+    def lens(batch) -> None:
+        resolve_lens(batch)
+        spec = batch.spec_info
+        if spec is None or spec.future_indices is None:
+            return
+        if (batch.seq_lens < 0).any():
+            errors.append(f"FutureMap: lengths read without a publish at {spec.future_indices.tolist()}")
+        future_map.new_seq_lens_buf[spec.future_indices] = -1
+
+    future_map._resolve_spec_extras, future_map.resolve_seq_lens_cpu = extras, lens
+
+
 def _simulation(
     args, scenario: dict, worker_kind: str = "script", window: int | None = None, radix: bool = False
 ) -> dict:
@@ -818,6 +848,7 @@ def _simulation(
     )
     for name in ("run_batch", "_forward_isolation", "record_batch_in_overlap", "_maybe_report_active_ranks"):
         setattr(sched, name, getattr(scheduler_module.Scheduler, name).__get__(sched))
+    _track_future_map_reads(sched.future_map, errors)
     processor = SchedulerBatchResultProcessor(
         is_generation=True,
         disaggregation_mode=None,
