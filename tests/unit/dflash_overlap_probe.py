@@ -2051,6 +2051,19 @@ def main() -> None:
                 name: _step_pair_facts(ddtree_args, ddtree_v1_args, 16, sampled=True, filters=filters)
                 for name, filters in SAMPLING_FILTERS.items()
             }
+            # DDTREE at the served budgets: 8 (N 9, the original deployment's) and 16 (ddtree-16, N 17)
+            for budget in (8, 16):
+                b_args = prepare_server_args([*ddtree, "--speculative-ddtree-budget", str(budget)])
+                b_scenario = {**_scenario(int(b_args.speculative_num_draft_tokens)), "seed": 5}
+                b_radix = _radix_scenario(int(b_args.speculative_num_draft_tokens))
+                for name, base, window, radix in (
+                    ("chunk_abort", _aborted(_chunked(b_scenario)), 24, False),
+                    # pools that retract: budget 8 at 150 slots (L and h), budget 16 at 160 (eight requests)
+                    ("radix_tight", {**_chunked(b_radix), "kv_slots": {8: 150, 16: 160}[budget]}, None, True),
+                ):
+                    sim = _simulation(b_args, base, worker_kind="ddtree_v2", window=window, radix=radix)
+                    sim["expected"] = _expected_outputs(base)
+                    facts[f"sim_ddtree_v2_b{budget}_{name}"] = sim
             facts["ddtree_v2_refusals"] = _ddtree_refusal_facts()
             facts["move_path_kv"] = _move_path_kv_facts()
     except Exception:

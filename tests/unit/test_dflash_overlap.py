@@ -588,3 +588,38 @@ def test_one_ddtree_v2_step_applies_the_sampling_filters_as_v1(on: dict, variant
     else:
         assert v2["tokens"][1] != greedy_b, "b samples: its walk should leave the greedy tokens"
     assert all("ddtree_utils.py" in call and call.endswith(" per_row") for call in v2["syncs"]), v2["syncs"]
+
+
+SERVED_BUDGETS = [f"ddtree_v2_b{b}_{case}" for b in (8, 16) for case in ("chunk_abort", "radix_tight")]
+
+
+@pytest.mark.parametrize("algo", SERVED_BUDGETS)
+def test_ddtree_v2_at_the_served_budgets(on: dict, algo: str) -> None:
+    """DDTREE at budget 8 (N 9 = B + 1, the original deployment's) and 16 (N 17, ddtree-16 of the GPU
+    sitting), block 8: the chunked scenario with the three aborts in flight (window 24) and the chunked radix
+    scenario in a pool that retracts (no window): no error at any forward, accepted paths off the first chain
+    (KV moved), outputs equal plain decoding but for the aborted requests (a prefix), nothing leaked."""
+    sim = on[f"sim_{algo}"]
+    assert sim["errors"] == []
+    assert sim["kv_available"][0] == sim["kv_available"][1]
+    assert sim["req_slots_available"][0] == sim["req_slots_available"][1]
+    assert sim["widest_reservation"] <= sim["row_width"]
+    off_chain = [rows for rows in sim["path_rows"] if rows != list(range(len(rows)))]
+    # path_rows is the script's view: in a wasted step past a penalized request's stream the walk may differ
+    assert len(off_chain) >= 5 and sim["kv_moves"] >= 5
+    aborted = sim["abort_states"]
+    if algo.endswith("chunk_abort"):
+        assert {rid: state[0] for rid, state in aborted.items()} == {
+            "y": "decode in flight",
+            "x": "prefill in flight",
+            "z": "chunked",
+        }
+    else:
+        assert sim["retracted"] and sim["radix_cached_tokens"] > 0
+    for rid, expected in sim["expected"].items():
+        out = sim["outputs"][rid]
+        if rid in aborted:
+            assert sim["finish_reasons"][rid] == "FINISH_ABORT", rid
+            assert out[: len(expected)] == expected[: len(out)], rid
+        else:
+            assert sim["finished"][rid] and out == expected, rid
