@@ -12,10 +12,13 @@ Stand-ins, where the real part needs a GPU or a model:
   overlap branch (FutureMap relay, _forward_isolation) and SchedulerBatchResultProcessor (spec-v2 token
   resolution, finish checks, KV release), lagging one step like event_loop_overlap. Stand-ins there: the
   scheduler object carries only the attributes run_batch reads, its batch selection mirrors
-  get_next_batch_to_run's order (merge the last prefill, filter finished, prefill first) without admission
-  control or retraction; metrics and output streaming are no-ops; the model is a script (each request's
-  target output is a fixed token stream, acceptance lengths come from a seeded RNG); the Triton
-  req_to_token writes are SGLang's own torch fallback (support_triton False) and a torch loop for
+  get_next_batch_to_run's order (stash the chunked request, merge the last prefill without it, filter
+  finished, prefill first, check_decode_mem / retract_decode); admission is a simple budget, or with chunked
+  prefill the real PrefillAdder (get_new_batch_prefill's order, no priority, LoRA, hicache or mixed chunk);
+  aborts call the real Scheduler.abort_request on a view holding the queues and batches (the tokenizer
+  channel and the grammar manager no-ops); metrics and output streaming are no-ops; the model is a script
+  (each request's target output is a fixed token stream, acceptance lengths come from a seeded RNG); the
+  Triton req_to_token writes are SGLang's own torch fallback (support_triton False) and a torch loop for
   assign_req_to_token_pool (Triton kernels need a GPU);
 - the real DFlashWorker's steps (patch dflash-overlap-step) run on a worker made without __init__ (it loads
   a drafter on a GPU) whose target, drafter, embedding/LM head and fused draft KV write are scripts
