@@ -11,8 +11,10 @@ scripted acceptance, stopping and finishing one step late, and checks every forw
 allocator state; the worker is either a script or the real DFlashWorker's / DDTreeWorker's steps (made
 without __init__, its target and drafter scripted). One v2 decode step of each real worker is also compared
 with one v1 step from the same state, and its device-to-host copies are counted. The stand-ins (scripted
-models, torch loops for the Triton kernels, a batch selection that mirrors get_next_batch_to_run without
-admission control) are listed in the probe's docstrings.
+models, torch loops for the Triton kernels, a batch selection that mirrors get_next_batch_to_run with a
+simple admission budget or the real PrefillAdder under chunked prefill) are listed in the probe's docstrings.
+Chunked prefill, aborts in flight (the real Scheduler.abort_request) and retraction with the radix cache run
+through the same loop.
 """
 
 from __future__ import annotations
