@@ -112,6 +112,28 @@ TINY_TARGET = {
 }
 
 
+def write_tiny_pair(root: Path) -> tuple[str, str]:
+    """root/target (TINY_TARGET) and root/drafter (a 2-layer DFlash drafter on it, block 8): config-only
+    folders the probes load with dummy weights; (target, drafter) paths."""
+    (root / "target").mkdir()
+    (root / "drafter").mkdir()
+    (root / "target" / "config.json").write_text(json.dumps(TINY_TARGET))
+    drafter = {
+        **TINY_TARGET,
+        "architectures": ["DFlashDraftModel"],
+        "num_hidden_layers": 2,
+        "block_size": 8,
+        "dflash_config": {
+            "block_size": 8,
+            "target_layer_ids": [1, 4],
+            "mask_token_id": 511,
+            "num_target_layers": 6,
+        },
+    }
+    (root / "drafter" / "config.json").write_text(json.dumps(drafter))
+    return str(root / "target"), str(root / "drafter")
+
+
 def _series_digest() -> str:
     parts = [(PATCHES_DIR / "series.yaml").read_bytes()]
     parts += [p.read_bytes() for p in sorted(PATCHES_DIR.glob("*.diff"))]
@@ -176,24 +198,8 @@ def sglang_cpu_path() -> str:
 
 @pytest.fixture(scope="module")
 def facts(sglang_cpu_path: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    models = tmp_path_factory.mktemp("tiny-models")
-    (models / "target").mkdir()
-    (models / "drafter").mkdir()
-    (models / "target" / "config.json").write_text(json.dumps(TINY_TARGET))
-    drafter = {
-        **TINY_TARGET,
-        "architectures": ["DFlashDraftModel"],
-        "num_hidden_layers": 2,
-        "block_size": 8,
-        "dflash_config": {
-            "block_size": 8,
-            "target_layer_ids": [1, 4],
-            "mask_token_id": 511,
-            "num_target_layers": 6,
-        },
-    }
-    (models / "drafter" / "config.json").write_text(json.dumps(drafter))
-    return run_probe(PROBE, "DDTREE-PROBE", sglang_cpu_path, str(models / "target"), str(models / "drafter"))
+    target, drafter = write_tiny_pair(tmp_path_factory.mktemp("tiny-models"))
+    return run_probe(PROBE, "DDTREE-PROBE", sglang_cpu_path, target, drafter)
 
 
 def run_probe(

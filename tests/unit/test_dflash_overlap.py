@@ -19,12 +19,11 @@ through the same loop.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from tests.unit.test_ddtree_sglang import TINY_TARGET, run_probe, sglang_cpu_path  # noqa: F401  (fixture)
+from tests.unit.test_ddtree_sglang import run_probe, sglang_cpu_path, write_tiny_pair  # noqa: F401  (fixture)
 
 PROBE = Path(__file__).with_name("dflash_overlap_probe.py")
 MARKER = "DFLASH-OVERLAP-PROBE"
@@ -32,24 +31,7 @@ MARKER = "DFLASH-OVERLAP-PROBE"
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    root = tmp_path_factory.mktemp("overlap-models")
-    (root / "target").mkdir()
-    (root / "drafter").mkdir()
-    (root / "target" / "config.json").write_text(json.dumps(TINY_TARGET))
-    drafter = {
-        **TINY_TARGET,
-        "architectures": ["DFlashDraftModel"],
-        "num_hidden_layers": 2,
-        "block_size": 8,
-        "dflash_config": {
-            "block_size": 8,
-            "target_layer_ids": [1, 4],
-            "mask_token_id": 511,
-            "num_target_layers": 6,
-        },
-    }
-    (root / "drafter" / "config.json").write_text(json.dumps(drafter))
-    return str(root / "target"), str(root / "drafter")
+    return write_tiny_pair(tmp_path_factory.mktemp("overlap-models"))
 
 
 @pytest.fixture(scope="module")
