@@ -263,8 +263,21 @@ class _ScriptedWorker:
             row = rows[int(batch.req_pool_indices[i]), seq_lens[i] : seq_lens[i] + self.n].tolist()
             if window[i] != row:
                 self.errors.append(f"{batch.reqs[i].rid}: verify slots {window[i]}, reserved row {row}")
-        if verify.custom_mask.numel() != sum((length + self.n) * self.n for length in seq_lens):
-            self.errors.append(f"verify mask of {verify.custom_mask.numel()} entries")
+        # patch 0023: the host sizes the mask from the reserved row ends (a bound), the layout follows the
+        # device lengths: the exact chain mask (v1's host loop) must be its head
+        bound = batch.spec_info.reserved_end_cpu.tolist()
+        for i, length in enumerate(seq_lens):
+            if length + self.n > bound[i]:
+                self.errors.append(f"{batch.reqs[i].rid}: length {length} + {self.n} past the bound {bound[i]}")
+        exact = torch.cat(
+            [
+                (torch.arange(length + self.n).view(1, -1) <= length + torch.arange(self.n).view(-1, 1)).flatten()
+                for length in seq_lens
+            ]
+        )
+        mask = verify.custom_mask
+        if mask.numel() < exact.numel() or not torch.equal(mask[: exact.numel()], exact):
+            self.errors.append(f"verify mask of {mask.numel()} entries, not the chain over {seq_lens}")
         self.verify_windows += 1
         return window
 
@@ -1285,6 +1298,37 @@ class _SyncCounter:
 _ACTIVE_COUNTERS: list = []
 
 
+# the files of the v2 decode step (patches 0021-0023): none may read the batch's host lengths
+_V2_STEP_FILES = ("dflash_worker.py", "dflash_info.py", "dflash_info_v2.py", "ddtree_info.py", "ddtree_worker.py")
+
+
+def _hide_host_lengths(batch, host_reads: list[str]) -> None:
+    """Leave batch.seq_lens_cpu / seq_lens_sum None, as DFlashFutureMap does for a Triton target (patch 0023),
+    and make a read of either from the v2 step's files raise (recorded in host_reads): a step that reads them
+    would size something from the previous step's lengths, which the host no longer waits for. Reads from
+    SGLang's own code (the ModelWorkerBatch, ForwardBatch.init_new) get None, as on the server."""
+
+    def hidden(name: str) -> property:
+        def get(self):
+            caller = sys._getframe(1).f_code
+            if os.path.basename(caller.co_filename) in _V2_STEP_FILES:
+                where = f"{name} read at {os.path.basename(caller.co_filename)}:{sys._getframe(1).f_lineno}"
+                host_reads.append(f"{where} {caller.co_name}")
+                raise AttributeError(f"the v2 step must not read batch.{where}")
+            return self.__dict__.get("_hidden_" + name)
+
+        def put(self, value) -> None:
+            self.__dict__["_hidden_" + name] = value
+
+        return property(get, put)
+
+    batch.__class__ = type(
+        "NoHostLengths", (type(batch),), {"seq_lens_cpu": hidden("seq_lens_cpu"), "seq_lens_sum": hidden("seq_lens_sum")}
+    )
+    batch.seq_lens_cpu = None
+    batch.seq_lens_sum = None
+
+
 @contextlib.contextmanager
 def _uncounted():
     """The scripted models stand for GPU kernels: their host reads are the script's, not the step's."""
@@ -1637,7 +1681,12 @@ def _pair_rig(
 
     dflash_step_host._rewrite_compact_rows_torch = rewrite_as_kernel
     counter = _device_sync_counter()
-    batch.seq_lens_cpu = counter.host(batch.seq_lens_cpu)
+    host_reads: list[str] = []
+    if v2:  # patch 0023: the host bound the step sizes from; the lengths as a Triton target's FutureMap leaves them
+        batch.spec_info.reserved_end_cpu = counter.host(batch.spec_info.reserved_end_cpu)
+        _hide_host_lengths(batch, host_reads)
+    else:
+        batch.seq_lens_cpu = counter.host(batch.seq_lens_cpu)
     models.worker._ensure_draft_block_buffers(bs)
     models.worker._draft_seq_lens_cpu_buf = counter.host(models.worker._draft_seq_lens_cpu_buf)
     models.available_at_entry = allocator.available_size()
@@ -1666,6 +1715,7 @@ def _pair_rig(
     return {
         "v2": v2,
         "errors": errors,
+        "host_reads": host_reads,
         "published_prefill": [t.tolist() for t in published],
         "published_step": [t.tolist() for t in step_published],
         "tokens": tokens,
@@ -1908,6 +1958,31 @@ def _future_map_facts() -> dict:
         "coefficient": list(spec.get_spec_adjust_token_coefficient()),
         # the scheduler asks for no host lengths when its attention backends need none (Triton)
         "host_lengths_forced": algo.create_future_map(torch.device("cpu"), pool, False).needs_cpu_seq_lens,
+        "without_host_lengths": _resolve_without_host_lengths(algo, pool),
+    }
+
+
+def _resolve_without_host_lengths(algo, pool) -> dict:
+    """A DFlashFutureMap told needs_cpu_seq_lens False (a Triton target): the next batch gets its lengths on
+    the device only (seq_lens_cpu and seq_lens_sum None), so the host never waits for the publish."""
+    import torch
+    from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
+
+    fmap = algo.create_future_map(torch.device("cpu"), pool, False)
+    slots = torch.tensor([2, 5])
+    fmap.publish(slots, torch.tensor([21, 52]))
+    batch = types.SimpleNamespace(
+        spec_info=DFlashDraftInputV2(future_indices=torch.tensor([5, 2])),
+        req_pool_indices=torch.tensor([5, 2]),
+        req_pool_indices_cpu=torch.tensor([5, 2]),
+        seq_lens_cpu=torch.tensor([1, 1]),
+        seq_lens_sum=2,
+    )
+    fmap.resolve_seq_lens_cpu(batch)
+    return {
+        "seq_lens": batch.seq_lens.tolist(),
+        "seq_lens_cpu": batch.seq_lens_cpu,
+        "seq_lens_sum": batch.seq_lens_sum,
     }
 
 
