@@ -1298,6 +1298,27 @@ class _SyncCounter:
 _ACTIVE_COUNTERS: list = []
 
 
+def _verify_mask_facts(verify, seq_lens: list[int]) -> dict:
+    """The v2 verify's flat custom mask (patch 0023: sized on the host from the reserved row ends, laid out
+    on the device from the exact lengths) against the exact one: the chain's causal block (v1's host loop)
+    or the tree's ancestor mask, over the lengths the step started from. None where no mask is built."""
+    import torch
+    from sglang.srt.speculative.ddtree_utils import flatten_verify_mask
+
+    mask = verify.custom_mask
+    if mask is None:
+        return {"built": False}
+    size, bs = int(verify.draft_token_num), len(seq_lens)
+    tree = getattr(verify, "tree", None)
+    pattern = tree.mask if tree is not None else torch.ones((size, size), dtype=torch.bool).tril().expand(bs, size, size)
+    exact = flatten_verify_mask(pattern, torch.tensor(seq_lens), sum(seq_lens))
+    return {
+        "built": True,
+        "head_equal": mask.numel() >= exact.numel() and torch.equal(mask[: exact.numel()].cpu(), exact),
+        "slack": mask.numel() - exact.numel(),
+    }
+
+
 # the files of the v2 decode step (patches 0021-0023): none may read the batch's host lengths
 _V2_STEP_FILES = ("dflash_worker.py", "dflash_info.py", "dflash_info_v2.py", "ddtree_info.py", "ddtree_worker.py")
 
@@ -1716,6 +1737,7 @@ def _pair_rig(
         "v2": v2,
         "errors": errors,
         "host_reads": host_reads,
+        "verify_mask": _verify_mask_facts(result.extra_keep_alive_refs[0], seq) if v2 else None,
         "published_prefill": [t.tolist() for t in published],
         "published_step": [t.tolist() for t in step_published],
         "tokens": tokens,

@@ -439,6 +439,12 @@ def test_one_v2_step_never_reads_the_batchs_host_lengths(on: dict, case: str) ->
     raise when the step's files read them; it sizes from the reserved row ends and still equals v1."""
     pair = on[case]
     assert pair["v2"]["host_reads"] == []
+    mask = pair["v2"]["verify_mask"]
+    if case in TREE_PAIRS:
+        assert mask["built"], "DDTREE always builds its tree mask"
+    if mask["built"]:
+        # sized from the bound (never below the exact size), laid out from the device lengths
+        assert mask["head_equal"] and mask["slack"] >= 0, mask
     assert pair["v2"]["tokens"] == pair["v2"]["expected_tokens"] == pair["v1"]["tokens"]
     assert pair["v2"]["new_lens"] == pair["v1"]["new_lens"]
 
