@@ -268,10 +268,14 @@ class _ScriptedWorker:
         bound = batch.spec_info.reserved_end_cpu.tolist()
         for i, length in enumerate(seq_lens):
             if length + self.n > bound[i]:
-                self.errors.append(f"{batch.reqs[i].rid}: length {length} + {self.n} past the bound {bound[i]}")
+                self.errors.append(
+                    f"{batch.reqs[i].rid}: length {length} + {self.n} past the bound {bound[i]}"
+                )
         exact = torch.cat(
             [
-                (torch.arange(length + self.n).view(1, -1) <= length + torch.arange(self.n).view(-1, 1)).flatten()
+                (
+                    torch.arange(length + self.n).view(1, -1) <= length + torch.arange(self.n).view(-1, 1)
+                ).flatten()
                 for length in seq_lens
             ]
         )
@@ -1310,7 +1314,11 @@ def _verify_mask_facts(verify, seq_lens: list[int]) -> dict:
         return {"built": False}
     size, bs = int(verify.draft_token_num), len(seq_lens)
     tree = getattr(verify, "tree", None)
-    pattern = tree.mask if tree is not None else torch.ones((size, size), dtype=torch.bool).tril().expand(bs, size, size)
+    pattern = (
+        tree.mask
+        if tree is not None
+        else torch.ones((size, size), dtype=torch.bool).tril().expand(bs, size, size)
+    )
     exact = flatten_verify_mask(pattern, torch.tensor(seq_lens), sum(seq_lens))
     return {
         "built": True,
@@ -1320,7 +1328,13 @@ def _verify_mask_facts(verify, seq_lens: list[int]) -> dict:
 
 
 # the files of the v2 decode step (patches 0021-0023): none may read the batch's host lengths
-_V2_STEP_FILES = ("dflash_worker.py", "dflash_info.py", "dflash_info_v2.py", "ddtree_info.py", "ddtree_worker.py")
+_V2_STEP_FILES = (
+    "dflash_worker.py",
+    "dflash_info.py",
+    "dflash_info_v2.py",
+    "ddtree_info.py",
+    "ddtree_worker.py",
+)
 
 
 def _hide_host_lengths(batch, host_reads: list[str]) -> None:
@@ -1344,7 +1358,9 @@ def _hide_host_lengths(batch, host_reads: list[str]) -> None:
         return property(get, put)
 
     batch.__class__ = type(
-        "NoHostLengths", (type(batch),), {"seq_lens_cpu": hidden("seq_lens_cpu"), "seq_lens_sum": hidden("seq_lens_sum")}
+        "NoHostLengths",
+        (type(batch),),
+        {"seq_lens_cpu": hidden("seq_lens_cpu"), "seq_lens_sum": hidden("seq_lens_sum")},
     )
     batch.seq_lens_cpu = None
     batch.seq_lens_sum = None
@@ -1703,7 +1719,8 @@ def _pair_rig(
     dflash_step_host._rewrite_compact_rows_torch = rewrite_as_kernel
     counter = _device_sync_counter()
     host_reads: list[str] = []
-    if v2:  # patch 0023: the host bound the step sizes from; the lengths as a Triton target's FutureMap leaves them
+    # patch 0023: the host bound the step sizes from; the lengths as a Triton target's FutureMap leaves them
+    if v2:
         batch.spec_info.reserved_end_cpu = counter.host(batch.spec_info.reserved_end_cpu)
         _hide_host_lengths(batch, host_reads)
     else:
