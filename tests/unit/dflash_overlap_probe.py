@@ -606,6 +606,11 @@ class _DFlashV2Models(_ScriptedWorker):
         self._check_rows(batch, batch.seq_lens.tolist())
         if batch.forward_mode.is_decode():
             self.steps += 1
+            # patch 0023: the FutureMap (told needs_cpu_seq_lens False) leaves the host lengths None, and a
+            # read of them from the step's files raises
+            if batch.seq_lens_cpu is not None or batch.seq_lens_sum is not None:
+                self.errors.append(f"decode step {self.steps}: the batch carries host lengths")
+            _hide_host_lengths(batch, self.errors, keep=True)
         self.available_at_entry = self.allocator.available_size()
         return self.worker.forward_batch_generation(batch, on_publish=on_publish)
 
@@ -1337,11 +1342,15 @@ _V2_STEP_FILES = (
 )
 
 
-def _hide_host_lengths(batch, host_reads: list[str]) -> None:
+def _hide_host_lengths(batch, host_reads: list[str], keep: bool = False) -> None:
     """Leave batch.seq_lens_cpu / seq_lens_sum None, as DFlashFutureMap does for a Triton target (patch 0023),
     and make a read of either from the v2 step's files raise (recorded in host_reads): a step that reads them
     would size something from the previous step's lengths, which the host no longer waits for. Reads from
-    SGLang's own code (the ModelWorkerBatch, ForwardBatch.init_new) get None, as on the server."""
+    SGLang's own code (the ModelWorkerBatch, ForwardBatch.init_new) get None, as on the server. `keep`: keep
+    the values the batch holds (the simulation's scheduler batches, whose class stays swapped afterwards)."""
+    if getattr(type(batch), "_hides_host_lengths", False):
+        return
+    held = {name: batch.__dict__.get(name) for name in ("seq_lens_cpu", "seq_lens_sum")}
 
     def hidden(name: str) -> property:
         def get(self):
@@ -1360,10 +1369,15 @@ def _hide_host_lengths(batch, host_reads: list[str]) -> None:
     batch.__class__ = type(
         "NoHostLengths",
         (type(batch),),
-        {"seq_lens_cpu": hidden("seq_lens_cpu"), "seq_lens_sum": hidden("seq_lens_sum")},
+        # recorded as well as raised: a getattr(batch, "seq_lens_cpu", None) would swallow the AttributeError
+        {
+            "seq_lens_cpu": hidden("seq_lens_cpu"),
+            "seq_lens_sum": hidden("seq_lens_sum"),
+            "_hides_host_lengths": True,
+        },
     )
-    batch.seq_lens_cpu = None
-    batch.seq_lens_sum = None
+    batch.seq_lens_cpu = held["seq_lens_cpu"] if keep else None
+    batch.seq_lens_sum = held["seq_lens_sum"] if keep else None
 
 
 @contextlib.contextmanager
