@@ -263,8 +263,25 @@ class _ScriptedWorker:
             row = rows[int(batch.req_pool_indices[i]), seq_lens[i] : seq_lens[i] + self.n].tolist()
             if window[i] != row:
                 self.errors.append(f"{batch.reqs[i].rid}: verify slots {window[i]}, reserved row {row}")
-        if verify.custom_mask.numel() != sum((length + self.n) * self.n for length in seq_lens):
-            self.errors.append(f"verify mask of {verify.custom_mask.numel()} entries")
+        # patch 0023: the host sizes the mask from the reserved row ends (a bound), the layout follows the
+        # device lengths: the exact chain mask (v1's host loop) must be its head
+        bound = batch.spec_info.reserved_end_cpu.tolist()
+        for i, length in enumerate(seq_lens):
+            if length + self.n > bound[i]:
+                self.errors.append(
+                    f"{batch.reqs[i].rid}: length {length} + {self.n} past the bound {bound[i]}"
+                )
+        exact = torch.cat(
+            [
+                (
+                    torch.arange(length + self.n).view(1, -1) <= length + torch.arange(self.n).view(-1, 1)
+                ).flatten()
+                for length in seq_lens
+            ]
+        )
+        mask = verify.custom_mask
+        if mask.numel() < exact.numel() or not torch.equal(mask[: exact.numel()], exact):
+            self.errors.append(f"verify mask of {mask.numel()} entries, not the chain over {seq_lens}")
         self.verify_windows += 1
         return window
 
@@ -589,6 +606,11 @@ class _DFlashV2Models(_ScriptedWorker):
         self._check_rows(batch, batch.seq_lens.tolist())
         if batch.forward_mode.is_decode():
             self.steps += 1
+            # patch 0023: the FutureMap (told needs_cpu_seq_lens False) leaves the host lengths None, and a
+            # read of them from the step's files raises
+            if batch.seq_lens_cpu is not None or batch.seq_lens_sum is not None:
+                self.errors.append(f"decode step {self.steps}: the batch carries host lengths")
+            _hide_host_lengths(batch, self.errors, keep=True)
         self.available_at_entry = self.allocator.available_size()
         return self.worker.forward_batch_generation(batch, on_publish=on_publish)
 
@@ -1285,6 +1307,79 @@ class _SyncCounter:
 _ACTIVE_COUNTERS: list = []
 
 
+def _verify_mask_facts(verify, seq_lens: list[int]) -> dict:
+    """The v2 verify's flat custom mask (patch 0023: sized on the host from the reserved row ends, laid out
+    on the device from the exact lengths) against the exact one: the chain's causal block (v1's host loop)
+    or the tree's ancestor mask, over the lengths the step started from. None where no mask is built."""
+    import torch
+    from sglang.srt.speculative.ddtree_utils import flatten_verify_mask
+
+    mask = verify.custom_mask
+    if mask is None:
+        return {"built": False}
+    size, bs = int(verify.draft_token_num), len(seq_lens)
+    tree = getattr(verify, "tree", None)
+    pattern = (
+        tree.mask
+        if tree is not None
+        else torch.ones((size, size), dtype=torch.bool).tril().expand(bs, size, size)
+    )
+    exact = flatten_verify_mask(pattern, torch.tensor(seq_lens), sum(seq_lens))
+    return {
+        "built": True,
+        "head_equal": mask.numel() >= exact.numel() and torch.equal(mask[: exact.numel()].cpu(), exact),
+        "slack": mask.numel() - exact.numel(),
+    }
+
+
+# the files of the v2 decode step (patches 0021-0023): none may read the batch's host lengths
+_V2_STEP_FILES = (
+    "dflash_worker.py",
+    "dflash_info.py",
+    "dflash_info_v2.py",
+    "ddtree_info.py",
+    "ddtree_worker.py",
+)
+
+
+def _hide_host_lengths(batch, host_reads: list[str], keep: bool = False) -> None:
+    """Leave batch.seq_lens_cpu / seq_lens_sum None, as DFlashFutureMap does for a Triton target (patch 0023),
+    and make a read of either from the v2 step's files raise (recorded in host_reads): a step that reads them
+    would size something from the previous step's lengths, which the host no longer waits for. Reads from
+    SGLang's own code (the ModelWorkerBatch, ForwardBatch.init_new) get None, as on the server. `keep`: keep
+    the values the batch holds (the simulation's scheduler batches, whose class stays swapped afterwards)."""
+    if getattr(type(batch), "_hides_host_lengths", False):
+        return
+    held = {name: batch.__dict__.get(name) for name in ("seq_lens_cpu", "seq_lens_sum")}
+
+    def hidden(name: str) -> property:
+        def get(self):
+            caller = sys._getframe(1).f_code
+            if os.path.basename(caller.co_filename) in _V2_STEP_FILES:
+                where = f"{name} read at {os.path.basename(caller.co_filename)}:{sys._getframe(1).f_lineno}"
+                host_reads.append(f"{where} {caller.co_name}")
+                raise AttributeError(f"the v2 step must not read batch.{where}")
+            return self.__dict__.get("_hidden_" + name)
+
+        def put(self, value) -> None:
+            self.__dict__["_hidden_" + name] = value
+
+        return property(get, put)
+
+    batch.__class__ = type(
+        "NoHostLengths",
+        (type(batch),),
+        # recorded as well as raised: a getattr(batch, "seq_lens_cpu", None) would swallow the AttributeError
+        {
+            "seq_lens_cpu": hidden("seq_lens_cpu"),
+            "seq_lens_sum": hidden("seq_lens_sum"),
+            "_hides_host_lengths": True,
+        },
+    )
+    batch.seq_lens_cpu = held["seq_lens_cpu"] if keep else None
+    batch.seq_lens_sum = held["seq_lens_sum"] if keep else None
+
+
 @contextlib.contextmanager
 def _uncounted():
     """The scripted models stand for GPU kernels: their host reads are the script's, not the step's."""
@@ -1637,7 +1732,13 @@ def _pair_rig(
 
     dflash_step_host._rewrite_compact_rows_torch = rewrite_as_kernel
     counter = _device_sync_counter()
-    batch.seq_lens_cpu = counter.host(batch.seq_lens_cpu)
+    host_reads: list[str] = []
+    # patch 0023: the host bound the step sizes from; the lengths as a Triton target's FutureMap leaves them
+    if v2:
+        batch.spec_info.reserved_end_cpu = counter.host(batch.spec_info.reserved_end_cpu)
+        _hide_host_lengths(batch, host_reads)
+    else:
+        batch.seq_lens_cpu = counter.host(batch.seq_lens_cpu)
     models.worker._ensure_draft_block_buffers(bs)
     models.worker._draft_seq_lens_cpu_buf = counter.host(models.worker._draft_seq_lens_cpu_buf)
     models.available_at_entry = allocator.available_size()
@@ -1666,6 +1767,8 @@ def _pair_rig(
     return {
         "v2": v2,
         "errors": errors,
+        "host_reads": host_reads,
+        "verify_mask": _verify_mask_facts(result.extra_keep_alive_refs[0], seq) if v2 else None,
         "published_prefill": [t.tolist() for t in published],
         "published_step": [t.tolist() for t in step_published],
         "tokens": tokens,
@@ -1908,6 +2011,31 @@ def _future_map_facts() -> dict:
         "coefficient": list(spec.get_spec_adjust_token_coefficient()),
         # the scheduler asks for no host lengths when its attention backends need none (Triton)
         "host_lengths_forced": algo.create_future_map(torch.device("cpu"), pool, False).needs_cpu_seq_lens,
+        "without_host_lengths": _resolve_without_host_lengths(algo, pool),
+    }
+
+
+def _resolve_without_host_lengths(algo, pool) -> dict:
+    """A DFlashFutureMap told needs_cpu_seq_lens False (a Triton target): the next batch gets its lengths on
+    the device only (seq_lens_cpu and seq_lens_sum None), so the host never waits for the publish."""
+    import torch
+    from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
+
+    fmap = algo.create_future_map(torch.device("cpu"), pool, False)
+    slots = torch.tensor([2, 5])
+    fmap.publish(slots, torch.tensor([21, 52]))
+    batch = types.SimpleNamespace(
+        spec_info=DFlashDraftInputV2(future_indices=torch.tensor([5, 2])),
+        req_pool_indices=torch.tensor([5, 2]),
+        req_pool_indices_cpu=torch.tensor([5, 2]),
+        seq_lens_cpu=torch.tensor([1, 1]),
+        seq_lens_sum=2,
+    )
+    fmap.resolve_seq_lens_cpu(batch)
+    return {
+        "seq_lens": batch.seq_lens.tolist(),
+        "seq_lens_cpu": batch.seq_lens_cpu,
+        "seq_lens_sum": batch.seq_lens_sum,
     }
 
 

@@ -146,7 +146,9 @@ def test_future_map_relays_bonus_tokens_and_lengths_by_request_slot(on: dict) ->
     assert got["merged_filtered"] == [1, 3]
     assert "both sides need future_indices" in got["merge_error"]
     assert got["coefficient"] == [1, 1]
-    assert got["host_lengths_forced"] is True, "the v2 step reads batch.seq_lens_cpu"
+    # patch 0023: the scheduler's decision passes through (0021 forced it on, so the host waited each step)
+    assert got["host_lengths_forced"] is False, "DFlashFutureMap forces host lengths again"
+    assert got["without_host_lengths"] == {"seq_lens": [52, 21], "seq_lens_cpu": None, "seq_lens_sum": None}
 
 
 @pytest.mark.parametrize("algo", ["DFLASH", "DDTREE"])
@@ -428,6 +430,23 @@ def test_one_v2_step_copies_nothing_from_the_device(
         print(f"\n{case}: v1 step host syncs {len(pair['v1']['syncs'])}: {pair['v1']['syncs']}")
     assert pair["v1"]["syncs"], "v1's step copies to the host (verify's .cpu()): the counter must see it"
     assert pair["v2"]["syncs"] == []
+
+
+@pytest.mark.parametrize("case", PAIRS + TREE_PAIRS)
+def test_one_v2_step_never_reads_the_batchs_host_lengths(on: dict, case: str) -> None:
+    """Patch 0023: the v2 step runs with batch.seq_lens_cpu / seq_lens_sum None (what DFlashFutureMap leaves
+    for a Triton target, so the host never waits for the previous step's lengths) and the batch's attributes
+    raise when the step's files read them; it sizes from the reserved row ends and still equals v1."""
+    pair = on[case]
+    assert pair["v2"]["host_reads"] == []
+    mask = pair["v2"]["verify_mask"]
+    if case in TREE_PAIRS:
+        assert mask["built"], "DDTREE always builds its tree mask"
+    if mask["built"]:
+        # sized from the bound (never below the exact size), laid out from the device lengths
+        assert mask["head_equal"] and mask["slack"] >= 0, mask
+    assert pair["v2"]["tokens"] == pair["v2"]["expected_tokens"] == pair["v1"]["tokens"]
+    assert pair["v2"]["new_lens"] == pair["v1"]["new_lens"]
 
 
 @pytest.mark.parametrize(
