@@ -368,20 +368,23 @@ def test_radix_search_cut_equals_the_reference(du: ModuleType, inputs: str, keep
         }
         want = du.sampling_cut(logits, temps.repeat_interleave(size), rows["top_ks"], rows["top_ps"],
                                rows["min_ps"], top_p_after_top_k=renorm, keep_ties=keep_ties)  # fmt: skip
-        rounding = set()
+        rounding, reports = set(), []
         if not keep_ties and chosen["top_ps"] is not None:
             cut_differs = (got["cut_key"] != want["cut_key"]) | (got["cut_idx"] != want["cut_idx"])
             for row in cut_differs.nonzero().flatten().tolist():
                 k = None if chosen["top_ks"] is None else int(rows["top_ks"][row])
-                if top_p_crossing_within_rounding(du, logits[row], float(rows["top_ps"][row]), k, renorm,
-                                                  float(temps[row // size]), got, want, row):  # fmt: skip
+                top_p, temp = float(rows["top_ps"][row]), float(temps[row // size])
+                args = (du, logits[row], top_p, k, renorm, temp, got, want, row)
+                if top_p_crossing_within_rounding(*args):
                     rounding.add(row)
+                else:
+                    reports.append(top_p_crossing_report(*args))
         exact = torch.ones(bs * size, dtype=torch.bool, device=DEVICE)
         exact[sorted(rounding)] = False
         for key in ("cut_key", "cut_idx", "row_max"):
             differ = ((got[key] != want[key]) & exact).nonzero().flatten().tolist()
             filters = [{f: on[f][row // size].item() for f in on if chosen[f] is not None} for row in differ]
-            assert not differ, (name, key, differ, got[key][differ], want[key][differ], filters)
+            assert not differ, (name, key, differ, got[key][differ], want[key][differ], filters, reports)
         assert torch.allclose(got["kept_mass"][exact], want["kept_mass"][exact], rtol=1e-5), name
         assert len(rounding) <= 2, f"{name}: rows {sorted(rounding)} cut within rounding of top-p: too many"
         searched += int(got["searched"].sum())
@@ -426,6 +429,43 @@ def top_p_crossing_within_rounding(
     limit = top_p * z_ref
     inside = exclusive[lo:hi]
     return lo < hi and bool(((inside - limit).abs() <= TOP_P_ROUNDING * z_ref).all())
+
+
+def top_p_crossing_report(
+    du: ModuleType,
+    row_logits: torch.Tensor,
+    top_p: float,
+    top_k: int | None,
+    renorm: bool,
+    temp: float,
+    got: dict,
+    want: dict,
+    row: int,
+) -> str:
+    """What a failing row's cut looks like against the rule above: how many tokens each side keeps, and how
+    far (in units of the row's mass) the exclusive masses of the tokens between them lie from top_p * Z_ref,
+    so that a GPU failure says whether it is rounding at a larger scale or a wrong cut."""
+    z = row_logits.float() / temp
+    key = du._float_key(z)
+    _, order = torch.sort(key, descending=True, stable=True)
+    w = torch.exp(z[order] - z.max()).double()
+    inclusive = w.cumsum(0)
+    exclusive = inclusive - w
+    positions = torch.arange(key.numel(), device=key.device)
+
+    def kept(cut) -> int:
+        tied = (key == cut["cut_key"][row]) & (positions <= cut["cut_idx"][row])
+        return int(((key > cut["cut_key"][row]) | tied).sum())
+
+    lo, hi = sorted((kept(got), kept(want)))
+    z_ref = inclusive[-1] if not (renorm and top_k) else inclusive[min(top_k, key.numel()) - 1]
+    gaps = ((exclusive[lo : max(hi, lo + 1)] - top_p * z_ref) / z_ref).tolist()
+    return (
+        f"row {row}: kept {kept(got)} (kernel) vs {kept(want)} (reference), row max "
+        f"{float(got['row_max'][row])} vs {float(want['row_max'][row])}, (c - top_p Z) / Z between them: "
+        f"min {min(gaps):.3e} max {max(gaps):.3e}, "
+        f"tied weight / Z {float(w[lo] / z_ref):.3e}"
+    )
 
 
 @pytest.mark.parametrize("switch", ["1", "0"], ids=["triton", "torch"])
