@@ -384,7 +384,10 @@ def test_radix_search_cut_equals_the_reference(du: ModuleType, inputs: str, keep
         for key in ("cut_key", "cut_idx", "row_max"):
             differ = ((got[key] != want[key]) & exact).nonzero().flatten().tolist()
             filters = [{f: on[f][row // size].item() for f in on if chosen[f] is not None} for row in differ]
-            assert not differ, (name, key, differ, got[key][differ], want[key][differ], filters, reports)
+            # the rows' reports first, as a string: pytest shortens a long tuple message to its first items
+            assert not differ, (
+                f"{reports} {(name, key, differ, got[key][differ], want[key][differ], filters)}"
+            )
         assert torch.allclose(got["kept_mass"][exact], want["kept_mass"][exact], rtol=1e-5), name
         assert len(rounding) <= 2, f"{name}: rows {sorted(rounding)} cut within rounding of top-p: too many"
         searched += int(got["searched"].sum())
