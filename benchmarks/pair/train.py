@@ -528,19 +528,33 @@ def make_deterministic() -> None:
     torch.backends.cuda.matmul.allow_tf32 = True  # as in the committed run; fixed for a fixed GPU model
 
 
+# How far a retrain may land from the committed run and still be the same pair. bf16 training on a GPU is
+# not bit-reproducible: even in strict deterministic mode the H200 retrain of 2026-12-02 (sitting-2026-12-02d)
+# followed the committed loss curve to three digits for 100 steps and then drifted, and the drafter, trained
+# on the target's continuations, inherits the drift. Three H200 runs (committed, 2026-12-01, 2026-12-02d)
+# spread by up to 2.8% in held-out loss (drafter 3.696 / 3.800 / 3.664), 3.7% in the trained drafter's offline
+# acceptance (DFLASH 2.557 / 2.652 / 2.496) and 4.2% in the step-500 checkpoint's (DDTREE-32 2.509 / 2.423 /
+# 2.404). A pair trained differently lands far outside: the step-150 drafter of the same run accepts 1.35.
+LOSS_TOLERANCE = 0.03
+ACCEPTANCE_TOLERANCE = 0.05
+
+
 def compare_metrics(expected: dict, got: dict) -> list[str]:
-    """Where a retrained pair differs from the committed run: held-out losses beyond 2%, offline acceptance
-    beyond 3% (bf16 training on a GPU is not bit-reproducible; these bounds say it is the same pair)."""
+    """Where a retrained pair differs from the committed run: held-out losses beyond LOSS_TOLERANCE, offline
+    acceptance beyond ACCEPTANCE_TOLERANCE (relative; the run-to-run spread above, with a margin)."""
     problems = []
     if expected.get("preset", got.get("preset")) != got.get("preset"):
         problems.append(f"preset {got.get('preset')} vs committed {expected['preset']}: not the same pair")
     for key in ("target_heldout_loss", "drafter_heldout_loss"):
-        if abs(got[key] - expected[key]) > 0.02 * abs(expected[key]):
+        if abs(got[key] - expected[key]) > LOSS_TOLERANCE * abs(expected[key]):
             problems.append(f"{key} {got[key]} vs committed {expected[key]}")
     for drafter, table in expected["offline_acceptance"].items():
         for method, value in table.items():
             new = got["offline_acceptance"].get(drafter, {}).get(method, {}).get("accept_length")
-            if new is None or abs(new - value["accept_length"]) > 0.03 * value["accept_length"]:
+            if (
+                new is None
+                or abs(new - value["accept_length"]) > ACCEPTANCE_TOLERANCE * value["accept_length"]
+            ):
                 problems.append(f"offline {drafter}/{method} {new} vs committed {value['accept_length']:.3f}")
     return problems
 

@@ -237,6 +237,34 @@ def test_toy_preset_trains_and_evaluates_end_to_end(tmp_path: Path) -> None:
     assert train.compare_metrics(metrics, worse)[0].startswith("target_heldout_loss")
 
 
+def test_the_h200_retrains_are_the_committed_pair_and_a_weaker_drafter_is_not() -> None:
+    """compare_metrics' bounds hold the run-to-run spread of bf16 training on the H200: the strict-mode
+    retrain of 2026-12-02d (its train.log's figures) is the committed pair; the same metrics with the step-150
+    drafter's acceptance standing in for the trained drafter's, or a drafter loss 5% higher, are not."""
+    from benchmarks.pair import train
+
+    committed = json.loads((Path(train.__file__).parent / "results" / "metrics.json").read_text())
+    retrain = json.loads(json.dumps(committed))
+    retrain["target_heldout_loss"], retrain["drafter_heldout_loss"] = 3.5653, 3.664
+    figures = {
+        "trained": (2.496, 2.791, 2.954, 3.046),
+        "step-150": (1.346, 1.627, 1.686, 1.748),
+        "step-500": (1.850, 2.152, 2.296, 2.404),
+    }
+    for drafter, values in figures.items():
+        for method, value in zip(("dflash", "ddtree-8", "ddtree-16", "ddtree-32"), values, strict=True):
+            retrain["offline_acceptance"][drafter][method]["accept_length"] = value
+    assert train.compare_metrics(committed, retrain) == []
+    weaker = json.loads(json.dumps(retrain))
+    weaker["offline_acceptance"]["trained"] = weaker["offline_acceptance"]["step-150"]
+    assert [p.split()[1] for p in train.compare_metrics(committed, weaker)] == [
+        "trained/dflash", "trained/ddtree-8", "trained/ddtree-16", "trained/ddtree-32"
+    ]  # fmt: skip
+    looser = json.loads(json.dumps(retrain))
+    looser["drafter_heldout_loss"] = committed["drafter_heldout_loss"] * 1.05
+    assert train.compare_metrics(committed, looser)[0].startswith("drafter_heldout_loss")
+
+
 def _long_stdlib(root: Path) -> Path:
     """The fake stdlib with more text: every module the bench reads (held out), each file marked with its
     name on its first line, every file well under the toy-long sequence length."""
