@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import cProfile
+import gc
 import io
 import json
 import os
@@ -182,7 +183,13 @@ def run(args, tree: bool, steps: int, bs: int, window: int | None, profile: bool
     from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
     from sglang.srt.sampling.sampling_params import SamplingParams
     from sglang.srt.server_args import set_global_server_args_for_scheduler
-    from sglang.srt.speculative import ddtree_info, dflash_info, dflash_info_v2, dflash_step_host, dflash_worker
+    from sglang.srt.speculative import (
+        ddtree_info,
+        dflash_info,
+        dflash_info_v2,
+        dflash_step_host,
+        dflash_worker,
+    )
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     set_global_server_args_for_scheduler(args)
@@ -209,12 +216,18 @@ def run(args, tree: bool, steps: int, bs: int, window: int | None, profile: bool
     )
     allocator = TokenToKVPoolAllocator(bs * (context + 4 * n) + 64, torch.bfloat16, "cpu", None, False)
     cache = ChunkCache(
-        CacheInitParams(disable=True, req_to_token_pool=req_pool, token_to_kv_pool_allocator=allocator, page_size=1)
+        CacheInitParams(
+            disable=True, req_to_token_pool=req_pool, token_to_kv_pool_allocator=allocator, page_size=1
+        )
     )
-    model_config = types.SimpleNamespace(vocab_size=512, is_encoder_decoder=False, context_len=context, think_end_id=None)
+    model_config = types.SimpleNamespace(
+        vocab_size=512, is_encoder_decoder=False, context_len=context, think_end_id=None
+    )
     errors: list[str] = []
     rids = [f"r{i}" for i in range(bs)]
-    streams = {rid: [10 + (7 * i + 3 * j) % 480 for j in range(new_tokens + 8 * n)] for i, rid in enumerate(rids)}
+    streams = {
+        rid: [10 + (7 * i + 3 * j) % 480 for j in range(new_tokens + 8 * n)] for i, rid in enumerate(rids)
+    }
     prompts = {rid: [10 + (5 * i + j) % 480 for j in range(prompt_len)] for i, rid in enumerate(rids)}
     common = dict(window=window, req_pool=req_pool, allocator=allocator, errors=errors)
     if tree:
@@ -241,6 +254,8 @@ def run(args, tree: bool, steps: int, bs: int, window: int | None, profile: bool
         _append_max_position=context + 8 * n - 1,
         _kv_append_graphs=_GraphScope("kv_append", worker._append_padded, counter_ref),
     )
+    if v2 and hasattr(worker, "_append_padded_v2"):  # patch dflash-overlap-step-graphs: v2's own append graph
+        worker._kv_append_v2_graphs = _GraphScope("kv_append", worker._append_padded_v2, counter_ref)
     if tree:
         worker.tree_stage_graphs = _GraphScope("tree_stage", worker._tree_stage, counter_ref)
     else:
@@ -332,6 +347,7 @@ def run(args, tree: bool, steps: int, bs: int, window: int | None, profile: bool
     warm = 5
     total = warm + 3 * steps
     committed_tokens = 0
+    blocks_kept: list[int] = []
 
     def iteration() -> None:
         nonlocal queue
@@ -348,9 +364,26 @@ def run(args, tree: bool, steps: int, bs: int, window: int | None, profile: bool
         else:
             processor.process_batch_result_decode(running, result)
 
+    gc_events: list[tuple[int, float]] = []  # (generation, seconds) of each collection in the timed steps
+    gc_started: list[float] = []
+    timing = [False]
+
+    def on_gc(phase: str, info: dict) -> None:
+        if not timing[0]:
+            return
+        if phase == "start":
+            gc_started.append(time.perf_counter())
+        elif gc_started:
+            gc_events.append((int(info["generation"]), time.perf_counter() - gc_started.pop()))
+
+    gc.callbacks.append(on_gc)
     try:
         for i in range(total):
-            phase = "warm" if i < warm else ("time" if i < warm + steps else ("ops" if i < warm + 2 * steps else "prof"))
+            phase = (
+                "warm"
+                if i < warm
+                else ("time" if i < warm + steps else ("ops" if i < warm + 2 * steps else "prof"))
+            )
             if running.is_empty():
                 errors.append(f"the batch emptied at iteration {i}")
                 break
@@ -369,15 +402,21 @@ def run(args, tree: bool, steps: int, bs: int, window: int | None, profile: bool
                 profiler.disable()
             else:
                 clock.total = 0.0
+                timing[0] = phase == "time"
+                blocks = sys.getallocatedblocks()
                 start = time.perf_counter()
                 iteration()
                 wall = time.perf_counter() - start
+                timing[0] = False
+                if phase == "time":
+                    blocks_kept.append(sys.getallocatedblocks() - blocks)
                 if phase == "time":
                     timings.append(wall - clock.total)
                     script_share.append(clock.total)
             if phase != "warm":
                 committed_tokens += sum(len(r.output_ids) for r in running.reqs) - before_tokens
     finally:
+        gc.callbacks.remove(on_gc)
         ov._ACTIVE_COUNTERS.remove(clock)
         dflash_step_host._rewrite_compact_rows_torch = torch_rewrite
     measured = max(1, len(per_step_ops))
@@ -406,6 +445,15 @@ def run(args, tree: bool, steps: int, bs: int, window: int | None, profile: bool
             for where, names in buckets.items()
         },
         "graph_replays_per_step": replays,
+        # Python's collections during the timed steps: per generation, how many and their seconds
+        "gc_per_step": {
+            str(g): [
+                round(sum(1 for gen, _ in gc_events if gen == g) / max(1, len(timings)), 3),
+                round(1000 * sum(t for gen, t in gc_events if gen == g) / max(1, len(timings)), 4),
+            ]
+            for g in (0, 1, 2)
+        },
+        "gc_counts_after": list(gc.get_count()),
         "tokens_per_step": committed_tokens / max(1, (total - warm)) / bs,
     }
     if profiler is not None:
@@ -429,10 +477,24 @@ def main() -> None:
     try:
         from sglang.srt.server_args import prepare_server_args
 
-        common = ["--model-path", target, "--skip-tokenizer-init", "--device", "cpu", "--attention-backend", "triton"]
+        common = [
+            "--model-path",
+            target,
+            "--skip-tokenizer-init",
+            "--device",
+            "cpu",
+            "--attention-backend",
+            "triton",
+        ]
         overlap = [] if facts["switch"] == "1" else ["--disable-overlap-schedule"]
         argv = {
-            "dflash": [*common, "--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", drafter],
+            "dflash": [
+                *common,
+                "--speculative-algorithm",
+                "DFLASH",
+                "--speculative-draft-model-path",
+                drafter,
+            ],
             "ddtree": [
                 *common,
                 "--speculative-algorithm",

@@ -321,8 +321,12 @@ def test_move_path_kv_moves_the_path_on_the_real_kv_pools(on: dict, pool: str) -
     assert got["moved"] == 3, "[0, 2, 5]: positions 1 and 2; [0, 8]: position 1; [0, 1, 2] in place"
 
 
-PAIRS = ["step_pair", "step_pair_window"]  # no draft window; a compact draft window of 16
-TREE_PAIRS = ["step_pair_ddtree", "step_pair_ddtree_window"]
+# no draft window; a compact draft window of 16; the same with v2's drafter KV append through its step graphs
+# (patch dflash-overlap-step-graphs; a CPU stand-in for the CUDA graph, see the probe's _CpuGraph)
+GRAPH_PAIRS = ["step_pair_graphs", "step_pair_window_graphs"]
+TREE_GRAPH_PAIRS = ["step_pair_ddtree_graphs", "step_pair_ddtree_window_graphs"]
+PAIRS = ["step_pair", "step_pair_window", *GRAPH_PAIRS]
+TREE_PAIRS = ["step_pair_ddtree", "step_pair_ddtree_window", *TREE_GRAPH_PAIRS]
 
 
 @pytest.mark.parametrize("case", PAIRS)
@@ -430,6 +434,46 @@ def test_one_v2_step_copies_nothing_from_the_device(
         print(f"\n{case}: v1 step host syncs {len(pair['v1']['syncs'])}: {pair['v1']['syncs']}")
     assert pair["v1"]["syncs"], "v1's step copies to the host (verify's .cpu()): the counter must see it"
     assert pair["v2"]["syncs"] == []
+
+
+@pytest.mark.parametrize("case", PAIRS + TREE_PAIRS)
+def test_the_v2_step_replays_its_kv_append_graph_where_there_is_one(on: dict, case: str) -> None:
+    """Patch dflash-overlap-step-graphs: with the v2 append's graphs captured (the worker's own
+    _capture_kv_appends, through a CPU stand-in of the capture) the v2 step replays them once (the committed
+    rows' draft KV written from the graph's buffers: the pair tests above find it equal to v1's eager write);
+    without graphs it runs eagerly. Before the patch the v2 step always ran it eagerly (one launch per op on
+    a GPU where v1 replays a graph)."""
+    replays = on[case]["v2"]["graph_replays"]
+    if case in GRAPH_PAIRS + TREE_GRAPH_PAIRS:
+        assert replays == {"DFLASH KV append (spec v2)": 1}
+    else:
+        assert replays == {}
+
+
+V2_APPEND_INPUTS = [
+    [1, [], "torch.int32"],
+    [1, [], "torch.int64"],
+    [1, [], "torch.int64"],
+    [1, [8], "torch.int64"],
+]
+
+
+@pytest.mark.parametrize(("algo", "verify_rows"), [("dflash", 8), ("ddtree", 9)])
+def test_the_worker_captures_the_append_of_the_step_that_runs(
+    on: dict, off: dict, algo: str, verify_rows: int
+) -> None:
+    """DFlashWorker._capture_kv_appends (patch dflash-overlap-step-graphs): switch off, v1's append (compact
+    committed rows, B per request) as before; switch on, the v2 step's (_append_padded_v2: the whole verify
+    output, N rows per request, then commit lengths, new lengths, req_pool_indices and the row index [bs, B])
+    and not v1's, which never runs under spec v2."""
+    got_off, got_on = off[f"kv_append_capture_{algo}"], on[f"kv_append_capture_{algo}"]
+    assert [c["name"] for c in got_off["captured"]] == ["DFLASH KV append"]
+    assert (got_off["v1_graphs"], got_off["v2_graphs"]) == (True, False)
+    assert got_off["captured"][0]["inputs"][0] == [8, [24], "torch.bfloat16"]
+    assert [c["name"] for c in got_on["captured"]] == ["DFLASH KV append (spec v2)"]
+    assert got_on["captured"][0]["function"] == "_append_padded_v2"
+    assert (got_on["v1_graphs"], got_on["v2_graphs"]) == (False, True)
+    assert got_on["captured"][0]["inputs"] == [[verify_rows, [24], "torch.bfloat16"], *V2_APPEND_INPUTS]
 
 
 @pytest.mark.parametrize("case", PAIRS + TREE_PAIRS)
