@@ -258,6 +258,8 @@ def run(args, tree: bool, steps: int, bs: int, window: int | None, profile: bool
         worker._kv_append_v2_graphs = _GraphScope("kv_append", worker._append_padded_v2, counter_ref)
     if tree:
         worker.tree_stage_graphs = _GraphScope("tree_stage", worker._tree_stage, counter_ref)
+        if v2 and hasattr(type(worker), "_commit_stage"):  # patch ddtree-overlap-commit-graph
+            worker.commit_stage_graphs = _GraphScope("commit_stage", worker._commit_stage, counter_ref)
     else:
         worker._chain_stage_graphs = _GraphScope("chain_stage", worker._chain_stage, counter_ref)
     # a GPU target's LM head for the chain stage check (`lm_head is self._target_lm_head()`)

@@ -652,6 +652,7 @@ class _DDTreeV2Models(_DFlashV2Models):
             num_verify_tokens=budget + 1,
             tree_depth=block - 1,
             tree_stage_graphs=None,
+            commit_stage_graphs=None,
             captures_chain_stage=False,
         )
         prepare_ddtree_plan(budget, topk, block - 1, 512, self.worker.device)
@@ -1609,8 +1610,10 @@ class _CpuGraph:
     def replay(self) -> None:
         self.replays += 1
         result = self.fn(*self.views)
-        if self.output is not None:
-            self.output.copy_(result)
+        outputs = self.output if isinstance(self.output, tuple) else (self.output,)
+        results = result if isinstance(result, tuple) else (result,)
+        for out, res in zip(outputs, results, strict=True):
+            out.copy_(res)
 
 
 def _cpu_capture_for_target(record: list, batch_sizes=(1, 2, 3, 4), run: bool = True):
@@ -1652,8 +1655,9 @@ def _graph_replays(record: list) -> dict[str, int]:
 def _kv_append_capture_facts(argv: list[str], tree: bool) -> dict:
     """Which drafter KV append DFlashWorker._capture_kv_appends captures (patch dflash-overlap-step-graphs),
     and with which inputs, on a worker made without __init__ (DFLASH block 8; DDTREE budget 8, N 9): v1's
-    (compact rows) with the switch off, the v2 step's (row index) with it on; the capture itself is
-    _cpu_capture_for_target's stand-in."""
+    (compact rows) with the switch off, the v2 step's (row index) with it on; for DDTREE also whether
+    _capture_commit_stage captures the v2 commit stage (patch ddtree-overlap-commit-graph: switch on only).
+    The capture itself is _cpu_capture_for_target's stand-in (nothing runs)."""
     import torch
     from sglang.srt.server_args import prepare_server_args, set_global_server_args_for_scheduler
     from sglang.srt.speculative.ddtree_worker import DDTreeWorker
@@ -1668,16 +1672,19 @@ def _kv_append_capture_facts(argv: list[str], tree: bool) -> dict:
         ),
     )
     if tree:
-        worker.__dict__["num_verify_tokens"] = 9
+        worker.__dict__.update(num_verify_tokens=9, ddtree_budget=8, tree_depth=7)
     record: list = []
     worker._capture_for_target = _cpu_capture_for_target(record, batch_sizes=(1,), run=False)
     if not hasattr(type(worker), "_capture_kv_appends"):
         return {"error": "DFlashWorker has no _capture_kv_appends"}
     worker._capture_kv_appends()
+    if tree and hasattr(type(worker), "_capture_commit_stage"):  # patch ddtree-overlap-commit-graph
+        worker.__dict__["commit_stage_graphs"] = worker._capture_commit_stage()
     return {
         "captured": [{k: v for k, v in entry.items() if k != "graphs"} for entry in record],
         "v1_graphs": worker.__dict__.get("_kv_append_graphs") is not None,
         "v2_graphs": worker.__dict__.get("_kv_append_v2_graphs") is not None,
+        "commit_graphs": worker.__dict__.get("commit_stage_graphs") is not None,
     }
 
 
@@ -1844,6 +1851,10 @@ def _pair_rig(
             models.worker._capture_kv_appends()
         else:  # without the patch: v1's append graphs only (the v2 step never replays them)
             models.worker._kv_append_graphs = models.worker._capture_kv_append()
+        if tree and hasattr(
+            type(models.worker), "_capture_commit_stage"
+        ):  # patch ddtree-overlap-commit-graph
+            models.worker.commit_stage_graphs = models.worker._capture_commit_stage()
     models.available_at_entry = allocator.available_size()
     step_published: list = []
     torch.manual_seed(11)

@@ -444,8 +444,10 @@ def test_the_v2_step_replays_its_kv_append_graph_where_there_is_one(on: dict, ca
     without graphs it runs eagerly. Before the patch the v2 step always ran it eagerly (one launch per op on
     a GPU where v1 replays a graph)."""
     replays = on[case]["v2"]["graph_replays"]
-    if case in GRAPH_PAIRS + TREE_GRAPH_PAIRS:
+    if case in GRAPH_PAIRS:
         assert replays == {"DFLASH KV append (spec v2)": 1}
+    elif case in TREE_GRAPH_PAIRS:  # and DDTREE's commit stage (patch ddtree-overlap-commit-graph)
+        assert replays == {"DFLASH KV append (spec v2)": 1, "DDTREE commit stage (spec v2)": 1}
     else:
         assert replays == {}
 
@@ -468,12 +470,20 @@ def test_the_worker_captures_the_append_of_the_step_that_runs(
     and not v1's, which never runs under spec v2."""
     got_off, got_on = off[f"kv_append_capture_{algo}"], on[f"kv_append_capture_{algo}"]
     assert [c["name"] for c in got_off["captured"]] == ["DFLASH KV append"]
-    assert (got_off["v1_graphs"], got_off["v2_graphs"]) == (True, False)
+    assert (got_off["v1_graphs"], got_off["v2_graphs"], got_off["commit_graphs"]) == (True, False, False)
     assert got_off["captured"][0]["inputs"][0] == [8, [24], "torch.bfloat16"]
-    assert [c["name"] for c in got_on["captured"]] == ["DFLASH KV append (spec v2)"]
+    names = ["DFLASH KV append (spec v2)"] + (["DDTREE commit stage (spec v2)"] if algo == "ddtree" else [])
+    assert [c["name"] for c in got_on["captured"]] == names
     assert got_on["captured"][0]["function"] == "_append_padded_v2"
     assert (got_on["v1_graphs"], got_on["v2_graphs"]) == (False, True)
     assert got_on["captured"][0]["inputs"] == [[verify_rows, [24], "torch.bfloat16"], *V2_APPEND_INPUTS]
+    assert got_on["commit_graphs"] == (algo == "ddtree")
+    if algo == "ddtree":
+        commit = got_on["captured"][1]
+        assert commit["function"] == "_commit_stage"
+        long, scalar = "torch.int64", [1, [], "torch.int64"]
+        # the tree's tokens [bs, budget], accept_len, accept_idx [bs, D], bonus, lengths, req_pool_indices
+        assert commit["inputs"] == [[1, [8], long], scalar, [1, [7], long], scalar, scalar, scalar]
 
 
 @pytest.mark.parametrize("case", PAIRS + TREE_PAIRS)

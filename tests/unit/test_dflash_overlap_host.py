@@ -24,10 +24,11 @@ from tests.unit.test_ddtree_sglang import run_probe, sglang_cpu_path, write_tiny
 PROBE = Path(__file__).with_name("dflash_host_probe.py")
 MARKER = "DFLASH-HOST-PROBE"
 ARGS = ("--steps", "6", "--bs", "1", "--algos", "ddtree,dflash")
-# Eager ops per step v2 may launch beyond v1's (v2's own fixed-shape work: the reserved slots, the tree's KV
-# move and the device-side verify; v1 has its host copy and frees instead). Measured with the patch: DFLASH
-# +8, DDTREE +29; before it (the append eager under v2) +27 and +44.
-EXTRA_EAGER = {"dflash": 12, "ddtree": 32}
+# Eager ops per step v2 may launch beyond v1's (v2's own fixed-shape work: the reserved slots, the block's
+# compact draft row, the device-side verify; v1 has its host copy and frees instead). Measured: DFLASH +27 and
+# DDTREE +47 before patch dflash-overlap-step-graphs (v2's drafter KV append eager), +8 and +29 with it;
+# DDTREE -6 with ddtree-overlap-commit-graph too (its commit stage and KV move replayed).
+EXTRA_EAGER = {"dflash": 12, "ddtree": 0}
 STAGE = {"dflash": "chain_stage", "ddtree": "tree_stage"}
 
 
@@ -63,11 +64,14 @@ def test_both_paths_decode_without_errors(v1: dict, v2: dict, algo: str) -> None
 def test_v2_replays_the_step_graphs_v1_replays(v1: dict, v2: dict, algo: str) -> None:
     """Per decode step both paths replay the verify-input stage (DDTREE's tree stage, DFLASH's chain stage)
     and the drafter KV append as step graphs; before patch dflash-overlap-step-graphs v2's append ran
-    eagerly (no replay)."""
+    eagerly (no replay). DDTREE's v2 also replays its commit stage (patch ddtree-overlap-commit-graph)."""
     for result in (v1[f"{algo}_bs1"], v2[f"{algo}_bs1"]):
         replays = result["graph_replays_per_step"]
         assert replays.get(STAGE[algo]) == pytest.approx(1.0)
         assert replays.get("kv_append") == pytest.approx(1.0), replays
+    if algo == "ddtree":  # v2's commit stage after the walk (patch ddtree-overlap-commit-graph); v1 has none
+        assert v2["ddtree_bs1"]["graph_replays_per_step"].get("commit_stage") == pytest.approx(1.0)
+        assert "commit_stage" not in v1["ddtree_bs1"]["graph_replays_per_step"]
 
 
 @pytest.mark.parametrize("algo", ["ddtree", "dflash"])
