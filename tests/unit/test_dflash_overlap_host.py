@@ -10,7 +10,8 @@ the stretches that run as step graphs on a GPU (one replay each: the stand-in gr
 counts), and the host time without the scripts. On the H200 (2026-12-02) ddtree-8@overlap took 4.81 ms a
 step against 2.42 ms for v1 with the same GPU kernel time; this guards what the CPU can see of it: v2 replays
 the same step graphs as v1 (patch dflash-overlap-step-graphs: its drafter KV append) and launches at most a
-few dozen more ops. Figures are printed; benchmarks/pair/results notes keep them (notes/overlap-host.md).
+few more ops (patch ddtree-overlap-commit-graph: DDTREE none). The figures are printed (`-s`);
+patches/OVERLAP.md summarises them.
 """
 
 from __future__ import annotations
