@@ -767,9 +767,16 @@ def _track_future_map_reads(future_map, errors: list) -> None:
 
 
 def _simulation(
-    args, scenario: dict, worker_kind: str = "script", window: int | None = None, radix: bool = False
+    args,
+    scenario: dict,
+    worker_kind: str = "script",
+    window: int | None = None,
+    radix: bool = False,
+    graphs: bool = False,
 ) -> dict:
-    """Requests arrive, decode and finish under the overlap loop; returns what the test asserts."""
+    """Requests arrive, decode and finish under the overlap loop; returns what the test asserts. `graphs`:
+    the real worker's v2 step graphs through their CPU stand-in (_install_cpu_step_graphs), every batch size
+    up to 8 captured: each step replays them over static buffers and outputs that the next replay rewrites."""
     import torch
     from sglang.srt.disaggregation.utils import DisaggregationMode
     from sglang.srt.managers import scheduler as scheduler_module
@@ -853,6 +860,9 @@ def _simulation(
     else:
         worker = _ScriptedWorker(streams, prompt_lens, n, scenario["seed"], allocator, errors)
     worker.commit_scripts = {r["rid"]: list(r["commits"]) for r in scenario["requests"] if r.get("commits")}
+    graph_record: list = []
+    if graphs:
+        _install_cpu_step_graphs(worker.worker, graph_record, range(1, 9), worker_kind == "ddtree_v2")
 
     sched = types.SimpleNamespace(
         forward_ct=0,
@@ -1110,6 +1120,7 @@ def _simulation(
         "chunk_sizes": chunk_sizes,
         "abort_states": abort_states,
         "finish_reasons": {r.rid: type(r.finished_reason).__name__ for r in all_reqs},
+        "graph_replays": _graph_replays(graph_record),
     }
 
 
@@ -1648,6 +1659,31 @@ def _cpu_capture_for_target(record: list, batch_sizes=(1, 2, 3, 4), run: bool = 
     return capture
 
 
+def _install_cpu_step_graphs(worker, record: list, batch_sizes, tree: bool) -> None:
+    """The v2 step's graphs as the worker's own capture methods make them (patches
+    dflash-overlap-step-graphs, ddtree-overlap-commit-graph), "captured" through _cpu_capture_for_target,
+    on a worker of _DFlashV2Models / _DDTreeV2Models (its scripted drafter gets the fc width the append's
+    graph input reads, and a RoPE cache that never moves). Before those patches: v1's append graphs only."""
+    import torch
+
+    rope = torch.zeros(1, 1)
+    worker.__dict__.update(
+        draft_model=types.SimpleNamespace(
+            project_target_hidden=lambda h: h,
+            fc=types.SimpleNamespace(in_features=3, weight=torch.zeros(1, dtype=torch.float32)),
+        ),
+        _fused_kv_helper=types.SimpleNamespace(rotary_emb=types.SimpleNamespace(cos_sin_cache=rope)),
+        _append_rope_ptr=rope.data_ptr(),
+    )
+    worker._capture_for_target = _cpu_capture_for_target(record, batch_sizes=tuple(batch_sizes))
+    if hasattr(type(worker), "_capture_kv_appends"):
+        worker._capture_kv_appends()
+    else:  # without the patch: v1's append graphs only (the v2 step never replays them)
+        worker._kv_append_graphs = worker._capture_kv_append()
+    if tree and hasattr(type(worker), "_capture_commit_stage"):  # patch ddtree-overlap-commit-graph
+        worker.commit_stage_graphs = worker._capture_commit_stage()
+
+
 def _graph_replays(record: list) -> dict[str, int]:
     return {entry["name"]: sum(c.graph.replays for c in entry["graphs"].graphs.values()) for entry in record}
 
@@ -1836,25 +1872,8 @@ def _pair_rig(
     models.worker._ensure_draft_block_buffers(bs)
     models.worker._draft_seq_lens_cpu_buf = counter.host(models.worker._draft_seq_lens_cpu_buf)
     captured: list = []
-    if graphs:  # the drafter KV append through its step graphs (patch dflash-overlap-step-graphs on v2)
-        rope = torch.zeros(1, 1)
-        models.worker.__dict__.update(
-            draft_model=types.SimpleNamespace(
-                project_target_hidden=lambda h: h,
-                fc=types.SimpleNamespace(in_features=3, weight=torch.zeros(1, dtype=torch.float32)),
-            ),
-            _fused_kv_helper=types.SimpleNamespace(rotary_emb=types.SimpleNamespace(cos_sin_cache=rope)),
-            _append_rope_ptr=rope.data_ptr(),
-        )
-        models.worker._capture_for_target = _cpu_capture_for_target(captured, batch_sizes=(bs,))
-        if hasattr(type(models.worker), "_capture_kv_appends"):
-            models.worker._capture_kv_appends()
-        else:  # without the patch: v1's append graphs only (the v2 step never replays them)
-            models.worker._kv_append_graphs = models.worker._capture_kv_append()
-        if tree and hasattr(
-            type(models.worker), "_capture_commit_stage"
-        ):  # patch ddtree-overlap-commit-graph
-            models.worker.commit_stage_graphs = models.worker._capture_commit_stage()
+    if graphs:  # v2's step graphs (patches dflash-overlap-step-graphs, ddtree-overlap-commit-graph)
+        _install_cpu_step_graphs(models.worker, captured, (bs,), tree)
     models.available_at_entry = allocator.available_size()
     step_published: list = []
     torch.manual_seed(11)
@@ -2233,6 +2252,10 @@ def main() -> None:
             v1_args = prepare_server_args([*dflash, "--disable-overlap-schedule"])
             facts["step_pair"] = _step_pair_facts(dflash_args, v1_args, None)
             facts["step_pair_window"] = _step_pair_facts(dflash_args, v1_args, 16)
+            # patches dflash-overlap-step-graphs / ddtree-overlap-commit-graph: runs replaying the v2 graphs
+            facts["sim_dflash_v2_graphs"] = _simulation(
+                dflash_args, {**scenario, "kv_slots": 200}, worker_kind="dflash_v2", window=24, graphs=True
+            )
             # patch dflash-overlap-step-graphs: the v2 step's drafter KV append replayed from its graphs
             facts["step_pair_graphs"] = _step_pair_facts(dflash_args, v1_args, None, graphs=True)
             facts["step_pair_window_graphs"] = _step_pair_facts(dflash_args, v1_args, 16, graphs=True)
@@ -2243,6 +2266,13 @@ def main() -> None:
             )
             facts["sim_ddtree_v2_tight"] = _simulation(
                 ddtree_args, {**tree_scenario, "kv_slots": 120}, worker_kind="ddtree_v2", window=24
+            )
+            facts["sim_ddtree_v2_graphs"] = _simulation(
+                ddtree_args,
+                {**tree_scenario, "kv_slots": 120},
+                worker_kind="ddtree_v2",
+                window=24,
+                graphs=True,
             )
             tree_radix = _radix_scenario(int(ddtree_args.speculative_num_draft_tokens))
             facts["expected_outputs_radix_ddtree"] = _expected_outputs(tree_radix)

@@ -188,6 +188,10 @@ SIMULATIONS = [
     "ddtree_v2_tight",
     "ddtree_v2_radix",
     "ddtree_v2_radix_window",
+    # patches dflash-overlap-step-graphs / ddtree-overlap-commit-graph: the tight, window-24 runs with the v2
+    # step graphs replayed (CPU stand-in: static buffers, outputs rewritten by the next replay)
+    "dflash_v2_graphs",
+    "ddtree_v2_graphs",
 ]
 
 
@@ -246,6 +250,19 @@ def test_tight_pool_retracts_and_still_decodes_like_plain_decoding(on: dict) -> 
         sim = on[f"sim_{algo}"]
         assert sim["retracted"], "the tight pool should force a retraction"
         assert sim["errors"] == [] and sim["kv_available"][0] == sim["kv_available"][1]
+
+
+@pytest.mark.parametrize("algo", ["dflash_v2_graphs", "ddtree_v2_graphs"])
+def test_simulation_replays_the_v2_step_graphs_at_every_decode_step(on: dict, algo: str) -> None:
+    """Every decode step of these runs (batch sizes 1-8, all "captured") replays the v2 drafter KV append's
+    graph, and DDTREE's its commit stage's; the pool is tight enough to retract, and the outputs, KV checks
+    and leak checks above hold (SIMULATIONS)."""
+    sim = on[f"sim_{algo}"]
+    replays = sim["graph_replays"]
+    assert replays["DFLASH KV append (spec v2)"] == sim["verify_steps"]
+    if algo.startswith("ddtree"):
+        assert replays["DDTREE commit stage (spec v2)"] == sim["verify_steps"]
+    assert sim["retracted"], "the tight pool should force a retraction"
 
 
 FINISHING = 3  # the chain-verify request that v1 finishes after 2 tokens
