@@ -256,6 +256,8 @@ def run(args, tree: bool, steps: int, bs: int, window: int | None, profile: bool
     )
     if v2 and hasattr(worker, "_append_padded_v2"):  # patch dflash-overlap-step-graphs: v2's own append graph
         worker._kv_append_v2_graphs = _GraphScope("kv_append", worker._append_padded_v2, counter_ref)
+    if v2 and hasattr(type(worker), "_block_stage_v2"):  # patch dflash-overlap-block-graph
+        worker._block_stage_v2_graphs = _GraphScope("block_stage", worker._block_stage_v2, counter_ref)
     if tree:
         worker.tree_stage_graphs = _GraphScope("tree_stage", worker._tree_stage, counter_ref)
         if v2 and hasattr(type(worker), "_commit_stage"):  # patch ddtree-overlap-commit-graph

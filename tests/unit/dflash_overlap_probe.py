@@ -440,6 +440,7 @@ class _DFlashV2Models(_ScriptedWorker):
             _logged_first_verify=True,
             _kv_append_graphs=None,
             _kv_append_v2_graphs=None,
+            _block_stage_v2_graphs=None,
             _chain_stage_graphs=None,
             _mask_token_id=511,
             _draft_block_ids_buf=None,
@@ -1682,6 +1683,8 @@ def _install_cpu_step_graphs(worker, record: list, batch_sizes, tree: bool) -> N
         worker._kv_append_graphs = worker._capture_kv_append()
     if tree and hasattr(type(worker), "_capture_commit_stage"):  # patch ddtree-overlap-commit-graph
         worker.commit_stage_graphs = worker._capture_commit_stage()
+    if hasattr(type(worker), "_capture_block_stage_v2"):  # patch dflash-overlap-block-graph
+        worker._block_stage_v2_graphs = worker._capture_block_stage_v2()
 
 
 def _graph_replays(record: list) -> dict[str, int]:
@@ -1716,11 +1719,14 @@ def _kv_append_capture_facts(argv: list[str], tree: bool) -> dict:
     worker._capture_kv_appends()
     if tree and hasattr(type(worker), "_capture_commit_stage"):  # patch ddtree-overlap-commit-graph
         worker.__dict__["commit_stage_graphs"] = worker._capture_commit_stage()
+    if hasattr(type(worker), "_capture_block_stage_v2"):  # patch dflash-overlap-block-graph
+        worker.__dict__["_block_stage_v2_graphs"] = worker._capture_block_stage_v2()
     return {
         "captured": [{k: v for k, v in entry.items() if k != "graphs"} for entry in record],
         "v1_graphs": worker.__dict__.get("_kv_append_graphs") is not None,
         "v2_graphs": worker.__dict__.get("_kv_append_v2_graphs") is not None,
         "commit_graphs": worker.__dict__.get("commit_stage_graphs") is not None,
+        "block_graphs": worker.__dict__.get("_block_stage_v2_graphs") is not None,
     }
 
 

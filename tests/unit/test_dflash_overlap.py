@@ -255,11 +255,12 @@ def test_tight_pool_retracts_and_still_decodes_like_plain_decoding(on: dict) -> 
 @pytest.mark.parametrize("algo", ["dflash_v2_graphs", "ddtree_v2_graphs"])
 def test_simulation_replays_the_v2_step_graphs_at_every_decode_step(on: dict, algo: str) -> None:
     """Every decode step of these runs (batch sizes 1-8, all "captured") replays the v2 drafter KV append's
-    graph, and DDTREE's its commit stage's; the pool is tight enough to retract, and the outputs, KV checks
-    and leak checks above hold (SIMULATIONS)."""
+    and block stage's graphs, and DDTREE's its commit stage's; the pool is tight enough to retract, and the
+    outputs, KV checks and leak checks above hold (SIMULATIONS)."""
     sim = on[f"sim_{algo}"]
     replays = sim["graph_replays"]
     assert replays["DFLASH KV append (spec v2)"] == sim["verify_steps"]
+    assert replays["DFLASH block stage (spec v2)"] == sim["verify_steps"]  # patch dflash-overlap-block-graph
     if algo.startswith("ddtree"):
         assert replays["DDTREE commit stage (spec v2)"] == sim["verify_steps"]
     assert sim["retracted"], "the tight pool should force a retraction"
@@ -461,10 +462,12 @@ def test_the_v2_step_replays_its_kv_append_graph_where_there_is_one(on: dict, ca
     without graphs it runs eagerly. Before the patch the v2 step always ran it eagerly (one launch per op on
     a GPU where v1 replays a graph)."""
     replays = on[case]["v2"]["graph_replays"]
+    # and the block stage (patch dflash-overlap-block-graph)
+    both = {"DFLASH KV append (spec v2)": 1, "DFLASH block stage (spec v2)": 1}
     if case in GRAPH_PAIRS:
-        assert replays == {"DFLASH KV append (spec v2)": 1}
+        assert replays == both
     elif case in TREE_GRAPH_PAIRS:  # and DDTREE's commit stage (patch ddtree-overlap-commit-graph)
-        assert replays == {"DFLASH KV append (spec v2)": 1, "DDTREE commit stage (spec v2)": 1}
+        assert replays == {**both, "DDTREE commit stage (spec v2)": 1}
     else:
         assert replays == {}
 
@@ -487,14 +490,24 @@ def test_the_worker_captures_the_append_of_the_step_that_runs(
     and not v1's, which never runs under spec v2."""
     got_off, got_on = off[f"kv_append_capture_{algo}"], on[f"kv_append_capture_{algo}"]
     assert [c["name"] for c in got_off["captured"]] == ["DFLASH KV append"]
-    assert (got_off["v1_graphs"], got_off["v2_graphs"], got_off["commit_graphs"]) == (True, False, False)
+    off_graphs = (
+        got_off["v1_graphs"],
+        got_off["v2_graphs"],
+        got_off["commit_graphs"],
+        got_off["block_graphs"],
+    )
+    assert off_graphs == (True, False, False, False)
     assert got_off["captured"][0]["inputs"][0] == [8, [24], "torch.bfloat16"]
     names = ["DFLASH KV append (spec v2)"] + (["DDTREE commit stage (spec v2)"] if algo == "ddtree" else [])
-    assert [c["name"] for c in got_on["captured"]] == names
+    assert [c["name"] for c in got_on["captured"]] == [*names, "DFLASH block stage (spec v2)"]
     assert got_on["captured"][0]["function"] == "_append_padded_v2"
-    assert (got_on["v1_graphs"], got_on["v2_graphs"]) == (False, True)
+    assert (got_on["v1_graphs"], got_on["v2_graphs"], got_on["block_graphs"]) == (False, True, True)
     assert got_on["captured"][0]["inputs"] == [[verify_rows, [24], "torch.bfloat16"], *V2_APPEND_INPUTS]
     assert got_on["commit_graphs"] == (algo == "ddtree")
+    block = got_on["captured"][
+        -1
+    ]  # patch dflash-overlap-block-graph: bonus tokens, seq_lens, req_pool_indices
+    assert block["function"] == "_block_stage_v2" and block["inputs"] == [[1, [], "torch.int64"]] * 3
     if algo == "ddtree":
         commit = got_on["captured"][1]
         assert commit["function"] == "_commit_stage"

@@ -9,9 +9,9 @@ It counts the aten ops each path dispatches per step (about one kernel launch ea
 the stretches that run as step graphs on a GPU (one replay each: the stand-in graph calls the function and
 counts), and the host time without the scripts. On the H200 (2026-12-02) ddtree-8@overlap took 4.81 ms a
 step against 2.42 ms for v1 with the same GPU kernel time; this guards what the CPU can see of it: v2 replays
-the same step graphs as v1 (patch dflash-overlap-step-graphs: its drafter KV append) and launches at most a
-few more ops (patch ddtree-overlap-commit-graph: DDTREE none). The figures are printed (`-s`);
-patches/OVERLAP.md summarises them.
+the same step graphs as v1 (patch dflash-overlap-step-graphs: its drafter KV append) and launches no more
+eager ops than v1 (patches ddtree-overlap-commit-graph, dflash-overlap-block-graph). The figures are printed
+(`-s`); patches/OVERLAP.md summarises them.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from tests.unit.test_ddtree_sglang import run_probe, sglang_cpu_path, write_tiny
 PROBE = Path(__file__).with_name("dflash_host_probe.py")
 MARKER = "DFLASH-HOST-PROBE"
 ARGS = ("--steps", "6", "--bs", "1", "--algos", "ddtree,dflash")
-# Eager ops per step v2 may launch beyond v1's (v2's own fixed-shape work: the reserved slots, the block's
-# compact draft row, the device-side verify; v1 has its host copy and frees instead). Measured: DFLASH +27 and
-# DDTREE +47 before patch dflash-overlap-step-graphs (v2's drafter KV append eager), +8 and +29 with it;
-# DDTREE -6 with ddtree-overlap-commit-graph too (its commit stage and KV move replayed).
-EXTRA_EAGER = {"dflash": 12, "ddtree": 0}
+# Eager ops per step v2 may launch beyond v1's (v2's own fixed-shape work: the verify's reserved slots, the
+# device-side verify; v1 has its host copy and frees instead). Measured: DFLASH +27 and DDTREE +47 before
+# patch dflash-overlap-step-graphs (v2's drafter KV append eager), +8 and +29 with it; DDTREE -6 with
+# ddtree-overlap-commit-graph too; DFLASH -2 and DDTREE -19 with dflash-overlap-block-graph too.
+EXTRA_EAGER = {"dflash": 0, "ddtree": 0}
 STAGE = {"dflash": "chain_stage", "ddtree": "tree_stage"}
 
 
@@ -65,11 +65,14 @@ def test_both_paths_decode_without_errors(v1: dict, v2: dict, algo: str) -> None
 def test_v2_replays_the_step_graphs_v1_replays(v1: dict, v2: dict, algo: str) -> None:
     """Per decode step both paths replay the verify-input stage (DDTREE's tree stage, DFLASH's chain stage)
     and the drafter KV append as step graphs; before patch dflash-overlap-step-graphs v2's append ran
-    eagerly (no replay). DDTREE's v2 also replays its commit stage (patch ddtree-overlap-commit-graph)."""
+    eagerly (no replay). v2 also replays its block stage (patch dflash-overlap-block-graph) and DDTREE's v2
+    its commit stage (patch ddtree-overlap-commit-graph)."""
     for result in (v1[f"{algo}_bs1"], v2[f"{algo}_bs1"]):
         replays = result["graph_replays_per_step"]
         assert replays.get(STAGE[algo]) == pytest.approx(1.0)
         assert replays.get("kv_append") == pytest.approx(1.0), replays
+    # v2's block stage (patch dflash-overlap-block-graph); v1 allocates its block eagerly
+    assert v2[f"{algo}_bs1"]["graph_replays_per_step"].get("block_stage") == pytest.approx(1.0)
     if algo == "ddtree":  # v2's commit stage after the walk (patch ddtree-overlap-commit-graph); v1 has none
         assert v2["ddtree_bs1"]["graph_replays_per_step"].get("commit_stage") == pytest.approx(1.0)
         assert "commit_stage" not in v1["ddtree_bs1"]["graph_replays_per_step"]
