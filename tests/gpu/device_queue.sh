@@ -42,6 +42,8 @@
 #                   first vs second request latency per sampling kind (issue 25)
 #   tree-graph      tests/gpu/test_tree_stage_graph_gpu.py: the tree stage's CUDA graphs replay the eager stage
 #                   exactly, and its host time eager vs replayed (issue 25)
+#   commit-graph    tests/gpu/test_overlap_commit_graph_gpu.py: DDTREE's v2 commit stage (SGLANG_DFLASH_OVERLAP=1,
+#                   patch ddtree-overlap-commit-graph) replayed = eager, outputs and KV moves; host time (issue 25)
 #   stacks          (timing) profile_step --stacks: host time per Python function, DDTREE-16, context 256
 #   stacks-c32      (timing) the same with 32 requests at once: host time per Python function of a batched step
 #                   (issue 25's concurrency-32 goal: a DDTREE-16 step there was 17.5 ms against none's 2.7)
@@ -78,10 +80,10 @@ for job in "$@"; do
   case $job in
     smoke | smoke-graphs | stress-graphs | smoke-graphs-tp2 | smoke-splitkv | stress-splitkv | options-stress | \
       options-stress-dflash | stress-overlap | options-stress-overlap | secrets | mla | smoke-sampling | core-tests | request-options | \
-      smoke-mla-graphs | stress-mla | stress-mla-graphs | steps | tree-graph | stacks | stacks-c32 | profile | \
+      smoke-mla-graphs | stress-mla | stress-mla-graphs | steps | tree-graph | commit-graph | stacks | stacks-c32 | profile | \
       profile-c32 | paired | options | \
       core-bench | verify-bench | profile-mla) ;;
-    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv options-stress options-stress-dflash stress-overlap options-stress-overlap secrets mla smoke-sampling core-tests request-options smoke-mla-graphs stress-mla stress-mla-graphs steps tree-graph stacks stacks-c32 profile profile-c32 paired options core-bench verify-bench profile-mla)" >&2
+    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv options-stress options-stress-dflash stress-overlap options-stress-overlap secrets mla smoke-sampling core-tests request-options smoke-mla-graphs stress-mla stress-mla-graphs steps tree-graph commit-graph stacks stacks-c32 profile profile-c32 paired options core-bench verify-bench profile-mla)" >&2
        exit 2 ;;
   esac
 done
@@ -124,6 +126,7 @@ run_job() {
                          bash tests/gpu/device_ddtree.sh stress ;;
     steps) timeout "$limit" env OUT="$OUT/steps" bash tests/gpu/device_ddtree.sh steps ;;
     tree-graph) timeout "$limit" python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_tree_stage_graph_gpu.py ;;
+    commit-graph) timeout "$limit" python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_overlap_commit_graph_gpu.py ;;
     stacks) timeout "$limit" python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/stacks" --stacks \
               --modes ddtree-16 --contexts 256 --steps 8 ;;
     stacks-c32) timeout "$limit" python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/stacks-c32" \

@@ -439,6 +439,8 @@ class _DFlashV2Models(_ScriptedWorker):
             _warned_sampling_fallback=False,
             _logged_first_verify=True,
             _kv_append_graphs=None,
+            _kv_append_v2_graphs=None,
+            _block_stage_v2_graphs=None,
             _chain_stage_graphs=None,
             _mask_token_id=511,
             _draft_block_ids_buf=None,
@@ -651,6 +653,7 @@ class _DDTreeV2Models(_DFlashV2Models):
             num_verify_tokens=budget + 1,
             tree_depth=block - 1,
             tree_stage_graphs=None,
+            commit_stage_graphs=None,
             captures_chain_stage=False,
         )
         prepare_ddtree_plan(budget, topk, block - 1, 512, self.worker.device)
@@ -765,9 +768,16 @@ def _track_future_map_reads(future_map, errors: list) -> None:
 
 
 def _simulation(
-    args, scenario: dict, worker_kind: str = "script", window: int | None = None, radix: bool = False
+    args,
+    scenario: dict,
+    worker_kind: str = "script",
+    window: int | None = None,
+    radix: bool = False,
+    graphs: bool = False,
 ) -> dict:
-    """Requests arrive, decode and finish under the overlap loop; returns what the test asserts."""
+    """Requests arrive, decode and finish under the overlap loop; returns what the test asserts. `graphs`:
+    the real worker's v2 step graphs through their CPU stand-in (_install_cpu_step_graphs), every batch size
+    up to 8 captured: each step replays them over static buffers and outputs that the next replay rewrites."""
     import torch
     from sglang.srt.disaggregation.utils import DisaggregationMode
     from sglang.srt.managers import scheduler as scheduler_module
@@ -851,6 +861,9 @@ def _simulation(
     else:
         worker = _ScriptedWorker(streams, prompt_lens, n, scenario["seed"], allocator, errors)
     worker.commit_scripts = {r["rid"]: list(r["commits"]) for r in scenario["requests"] if r.get("commits")}
+    graph_record: list = []
+    if graphs:
+        _install_cpu_step_graphs(worker.worker, graph_record, range(1, 9), worker_kind == "ddtree_v2")
 
     sched = types.SimpleNamespace(
         forward_ct=0,
@@ -1108,6 +1121,7 @@ def _simulation(
         "chunk_sizes": chunk_sizes,
         "abort_states": abort_states,
         "finish_reasons": {r.rid: type(r.finished_reason).__name__ for r in all_reqs},
+        "graph_replays": _graph_replays(graph_record),
     }
 
 
@@ -1595,6 +1609,127 @@ SAMPLING_FILTERS = {
 PAIR_COMMITS = {"a": 3, "b": 8, "c": 1}  # tokens committed by the compared step (N = 8: every draft for b)
 
 
+class _CpuGraph:
+    """Stands for a captured torch.cuda.CUDAGraph (CUDA graphs need a GPU): replay() runs the captured
+    function again on the same static input buffers and writes its result into the output the capture
+    returned, which is what a replay does (inputs read only from the buffers, the output rewritten in place).
+    Counts its replays."""
+
+    def __init__(self, fn, views: list, output) -> None:
+        self.fn, self.views, self.output = fn, views, output
+        self.replays = 0
+
+    def replay(self) -> None:
+        self.replays += 1
+        result = self.fn(*self.views)
+        outputs = self.output if isinstance(self.output, tuple) else (self.output,)
+        results = result if isinstance(result, tuple) else (result,)
+        for out, res in zip(outputs, results, strict=True):
+            out.copy_(res)
+
+
+def _cpu_capture_for_target(record: list, batch_sizes=(1, 2, 3, 4), run: bool = True):
+    """A stand-in for DFlashWorker._capture_for_target (step_graphs.capture_for_target refuses off CUDA): the
+    real step_graphs.BatchGraphs with the worker's own inputs and function, each batch size "captured" as a
+    _CpuGraph (a first call on the zeroed buffers, as the capture's warm-up and capture calls do). The
+    stretch's own checks are skipped (they pin the RoPE cache on a GPU). Records (name, function, inputs);
+    `run` False: nothing is captured (the record only)."""
+    import torch
+    from sglang.srt.speculative.step_graphs import BatchGraphs, _Captured
+
+    def capture(name, fn, inputs, *, checks=None):
+        specs = list(inputs())
+        graphs = BatchGraphs(
+            name, fn, batch_sizes=list(batch_sizes), inputs=specs, device=torch.device("cpu")
+        )
+        for bs in graphs.batch_sizes if run else ():
+            views = graphs._views(bs)
+            with _uncounted():  # the capture happens at start, not in a step
+                output = fn(*views)
+            graphs.graphs[bs] = _Captured(graph=_CpuGraph(fn, views, output), output=output)
+        record.append(
+            {
+                "name": name,
+                "function": getattr(fn, "__name__", "?"),
+                "inputs": [[spec.rows_per_request, list(spec.width), str(spec.dtype)] for spec in specs],
+                "graphs": graphs,
+            }
+        )
+        return graphs, None
+
+    return capture
+
+
+def _install_cpu_step_graphs(worker, record: list, batch_sizes, tree: bool) -> None:
+    """The v2 step's graphs as the worker's own capture methods make them (patches
+    dflash-overlap-step-graphs, ddtree-overlap-commit-graph), "captured" through _cpu_capture_for_target,
+    on a worker of _DFlashV2Models / _DDTreeV2Models (its scripted drafter gets the fc width the append's
+    graph input reads, and a RoPE cache that never moves). Before those patches: v1's append graphs only."""
+    import torch
+
+    rope = torch.zeros(1, 1)
+    worker.__dict__.update(
+        draft_model=types.SimpleNamespace(
+            project_target_hidden=lambda h: h,
+            fc=types.SimpleNamespace(in_features=3, weight=torch.zeros(1, dtype=torch.float32)),
+        ),
+        _fused_kv_helper=types.SimpleNamespace(rotary_emb=types.SimpleNamespace(cos_sin_cache=rope)),
+        _append_rope_ptr=rope.data_ptr(),
+    )
+    worker._capture_for_target = _cpu_capture_for_target(record, batch_sizes=tuple(batch_sizes))
+    if hasattr(type(worker), "_capture_kv_appends"):
+        worker._capture_kv_appends()
+    else:  # without the patch: v1's append graphs only (the v2 step never replays them)
+        worker._kv_append_graphs = worker._capture_kv_append()
+    if tree and hasattr(type(worker), "_capture_commit_stage"):  # patch ddtree-overlap-commit-graph
+        worker.commit_stage_graphs = worker._capture_commit_stage()
+    if hasattr(type(worker), "_capture_block_stage_v2"):  # patch dflash-overlap-block-graph
+        worker._block_stage_v2_graphs = worker._capture_block_stage_v2()
+
+
+def _graph_replays(record: list) -> dict[str, int]:
+    return {entry["name"]: sum(c.graph.replays for c in entry["graphs"].graphs.values()) for entry in record}
+
+
+def _kv_append_capture_facts(argv: list[str], tree: bool) -> dict:
+    """Which drafter KV append DFlashWorker._capture_kv_appends captures (patch dflash-overlap-step-graphs),
+    and with which inputs, on a worker made without __init__ (DFLASH block 8; DDTREE budget 8, N 9): v1's
+    (compact rows) with the switch off, the v2 step's (row index) with it on; for DDTREE also whether
+    _capture_commit_stage captures the v2 commit stage (patch ddtree-overlap-commit-graph: switch on only).
+    The capture itself is _cpu_capture_for_target's stand-in (nothing runs)."""
+    import torch
+    from sglang.srt.server_args import prepare_server_args, set_global_server_args_for_scheduler
+    from sglang.srt.speculative.ddtree_worker import DDTreeWorker
+    from sglang.srt.speculative.dflash_worker import DFlashWorker
+
+    set_global_server_args_for_scheduler(prepare_server_args(argv))  # the overlap decision is read from it
+    worker = object.__new__(DDTreeWorker if tree else DFlashWorker)
+    worker.__dict__.update(
+        block_size=8,
+        draft_model=types.SimpleNamespace(
+            fc=types.SimpleNamespace(in_features=24, weight=torch.zeros(1, dtype=torch.bfloat16))
+        ),
+    )
+    if tree:
+        worker.__dict__.update(num_verify_tokens=9, ddtree_budget=8, tree_depth=7)
+    record: list = []
+    worker._capture_for_target = _cpu_capture_for_target(record, batch_sizes=(1,), run=False)
+    if not hasattr(type(worker), "_capture_kv_appends"):
+        return {"error": "DFlashWorker has no _capture_kv_appends"}
+    worker._capture_kv_appends()
+    if tree and hasattr(type(worker), "_capture_commit_stage"):  # patch ddtree-overlap-commit-graph
+        worker.__dict__["commit_stage_graphs"] = worker._capture_commit_stage()
+    if hasattr(type(worker), "_capture_block_stage_v2"):  # patch dflash-overlap-block-graph
+        worker.__dict__["_block_stage_v2_graphs"] = worker._capture_block_stage_v2()
+    return {
+        "captured": [{k: v for k, v in entry.items() if k != "graphs"} for entry in record],
+        "v1_graphs": worker.__dict__.get("_kv_append_graphs") is not None,
+        "v2_graphs": worker.__dict__.get("_kv_append_v2_graphs") is not None,
+        "commit_graphs": worker.__dict__.get("commit_stage_graphs") is not None,
+        "block_graphs": worker.__dict__.get("_block_stage_v2_graphs") is not None,
+    }
+
+
 def _pair_commits(args) -> dict[str, int]:
     """Tokens the compared step commits per request: PAIR_COMMITS for DFLASH; for DDTREE the path the
     _DDTreeV2Models drafter scripts (min(commit + 1, B), ending on a sibling row below the wrong chain)."""
@@ -1610,6 +1745,7 @@ def _pair_rig(
     verify_slots: list[list[int]] | None = None,
     sampled: bool = False,
     filters: dict | None = None,
+    graphs: bool = False,
 ) -> dict:
     """One DFLASH decode step of the real DFlashWorker from the same state, v1 or v2 (which the global server
     arguments decide: spec v2 <=> switch and overlap on): three requests prefilled by the worker's real
@@ -1741,6 +1877,9 @@ def _pair_rig(
         batch.seq_lens_cpu = counter.host(batch.seq_lens_cpu)
     models.worker._ensure_draft_block_buffers(bs)
     models.worker._draft_seq_lens_cpu_buf = counter.host(models.worker._draft_seq_lens_cpu_buf)
+    captured: list = []
+    if graphs:  # v2's step graphs (patches dflash-overlap-step-graphs, ddtree-overlap-commit-graph)
+        _install_cpu_step_graphs(models.worker, captured, (bs,), tree)
     models.available_at_entry = allocator.available_size()
     step_published: list = []
     torch.manual_seed(11)
@@ -1804,17 +1943,24 @@ def _pair_rig(
         "requests_untouched": [list(req.output_ids) for req in reqs] == [[streams[r][0]] for r in prompts],
         "syncs": counter.calls,
         "kv_available": allocator.available_size(),
+        "graph_replays": _graph_replays(captured),
     }
 
 
 def _step_pair_facts(
-    v2_args, v1_args, window: int | None, sampled: bool = False, filters: dict | None = None
+    v2_args,
+    v1_args,
+    window: int | None,
+    sampled: bool = False,
+    filters: dict | None = None,
+    graphs: bool = False,
 ) -> dict:
     """The same decode step, v2 then v1 on the v2 run's verify slots (see _pair_rig); and the counter's own
-    control: it must count a device tensor's .item() and not a host-marked one's."""
+    control: it must count a device tensor's .item() and not a host-marked one's. `graphs`: v2's drafter KV
+    append through its step graphs (the CPU stand-in), v1's eager, to compare the two."""
     import torch
 
-    v2 = _pair_rig(v2_args, window, sampled=sampled, filters=filters)
+    v2 = _pair_rig(v2_args, window, sampled=sampled, filters=filters, graphs=graphs)
     v1 = _pair_rig(v1_args, window, verify_slots=v2["reserved_before"], sampled=sampled, filters=filters)
     control = _device_sync_counter()
     with control:
@@ -2067,6 +2213,9 @@ def main() -> None:
         for name in ("dflash", "dflash_page64", "ddtree"):
             facts[f"algo_{name}"] = _algo_facts(cases[name])
         facts["refusals"] = _refusal_reasons()
+        # the drafter KV append graphs a worker captures (patch dflash-overlap-step-graphs), switch off or on
+        facts["kv_append_capture_dflash"] = _kv_append_capture_facts(cases["dflash"], False)
+        facts["kv_append_capture_ddtree"] = _kv_append_capture_facts(cases["ddtree"], True)
         os.environ[OVERLAP_ENV] = "yes"
         facts["args_bad_value"] = _args_case(dflash)
         os.environ[OVERLAP_ENV] = switch
@@ -2109,6 +2258,13 @@ def main() -> None:
             v1_args = prepare_server_args([*dflash, "--disable-overlap-schedule"])
             facts["step_pair"] = _step_pair_facts(dflash_args, v1_args, None)
             facts["step_pair_window"] = _step_pair_facts(dflash_args, v1_args, 16)
+            # patches dflash-overlap-step-graphs / ddtree-overlap-commit-graph: runs replaying the v2 graphs
+            facts["sim_dflash_v2_graphs"] = _simulation(
+                dflash_args, {**scenario, "kv_slots": 200}, worker_kind="dflash_v2", window=24, graphs=True
+            )
+            # patch dflash-overlap-step-graphs: the v2 step's drafter KV append replayed from its graphs
+            facts["step_pair_graphs"] = _step_pair_facts(dflash_args, v1_args, None, graphs=True)
+            facts["step_pair_window_graphs"] = _step_pair_facts(dflash_args, v1_args, 16, graphs=True)
             # DDTREE's v2 step (patch ddtree-overlap-step): the real DDTreeWorker, tree walk on the device
             facts["sim_ddtree_v2"] = _simulation(ddtree_args, tree_scenario, worker_kind="ddtree_v2")
             facts["sim_ddtree_v2_window"] = _simulation(
@@ -2116,6 +2272,13 @@ def main() -> None:
             )
             facts["sim_ddtree_v2_tight"] = _simulation(
                 ddtree_args, {**tree_scenario, "kv_slots": 120}, worker_kind="ddtree_v2", window=24
+            )
+            facts["sim_ddtree_v2_graphs"] = _simulation(
+                ddtree_args,
+                {**tree_scenario, "kv_slots": 120},
+                worker_kind="ddtree_v2",
+                window=24,
+                graphs=True,
             )
             tree_radix = _radix_scenario(int(ddtree_args.speculative_num_draft_tokens))
             facts["expected_outputs_radix_ddtree"] = _expected_outputs(tree_radix)
@@ -2130,6 +2293,12 @@ def main() -> None:
             )
             facts["step_pair_ddtree"] = _step_pair_facts(ddtree_args, ddtree_v1_args, None)
             facts["step_pair_ddtree_window"] = _step_pair_facts(ddtree_args, ddtree_v1_args, 16)
+            facts["step_pair_ddtree_graphs"] = _step_pair_facts(
+                ddtree_args, ddtree_v1_args, None, graphs=True
+            )
+            facts["step_pair_ddtree_window_graphs"] = _step_pair_facts(
+                ddtree_args, ddtree_v1_args, 16, graphs=True
+            )
             facts["step_pair_ddtree_sampled"] = _step_pair_facts(
                 ddtree_args, ddtree_v1_args, 16, sampled=True
             )

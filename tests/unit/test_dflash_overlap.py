@@ -188,6 +188,10 @@ SIMULATIONS = [
     "ddtree_v2_tight",
     "ddtree_v2_radix",
     "ddtree_v2_radix_window",
+    # patches dflash-overlap-step-graphs / ddtree-overlap-commit-graph: the tight, window-24 runs with the v2
+    # step graphs replayed (CPU stand-in: static buffers, outputs rewritten by the next replay)
+    "dflash_v2_graphs",
+    "ddtree_v2_graphs",
 ]
 
 
@@ -246,6 +250,20 @@ def test_tight_pool_retracts_and_still_decodes_like_plain_decoding(on: dict) -> 
         sim = on[f"sim_{algo}"]
         assert sim["retracted"], "the tight pool should force a retraction"
         assert sim["errors"] == [] and sim["kv_available"][0] == sim["kv_available"][1]
+
+
+@pytest.mark.parametrize("algo", ["dflash_v2_graphs", "ddtree_v2_graphs"])
+def test_simulation_replays_the_v2_step_graphs_at_every_decode_step(on: dict, algo: str) -> None:
+    """Every decode step of these runs (batch sizes 1-8, all "captured") replays the v2 drafter KV append's
+    and block stage's graphs, and DDTREE's its commit stage's; the pool is tight enough to retract, and the
+    outputs, KV checks and leak checks above hold (SIMULATIONS)."""
+    sim = on[f"sim_{algo}"]
+    replays = sim["graph_replays"]
+    assert replays["DFLASH KV append (spec v2)"] == sim["verify_steps"]
+    assert replays["DFLASH block stage (spec v2)"] == sim["verify_steps"]  # patch dflash-overlap-block-graph
+    if algo.startswith("ddtree"):
+        assert replays["DDTREE commit stage (spec v2)"] == sim["verify_steps"]
+    assert sim["retracted"], "the tight pool should force a retraction"
 
 
 FINISHING = 3  # the chain-verify request that v1 finishes after 2 tokens
@@ -321,8 +339,12 @@ def test_move_path_kv_moves_the_path_on_the_real_kv_pools(on: dict, pool: str) -
     assert got["moved"] == 3, "[0, 2, 5]: positions 1 and 2; [0, 8]: position 1; [0, 1, 2] in place"
 
 
-PAIRS = ["step_pair", "step_pair_window"]  # no draft window; a compact draft window of 16
-TREE_PAIRS = ["step_pair_ddtree", "step_pair_ddtree_window"]
+# no draft window; a compact draft window of 16; the same with v2's drafter KV append through its step graphs
+# (patch dflash-overlap-step-graphs; a CPU stand-in for the CUDA graph, see the probe's _CpuGraph)
+GRAPH_PAIRS = ["step_pair_graphs", "step_pair_window_graphs"]
+TREE_GRAPH_PAIRS = ["step_pair_ddtree_graphs", "step_pair_ddtree_window_graphs"]
+PAIRS = ["step_pair", "step_pair_window", *GRAPH_PAIRS]
+TREE_PAIRS = ["step_pair_ddtree", "step_pair_ddtree_window", *TREE_GRAPH_PAIRS]
 
 
 @pytest.mark.parametrize("case", PAIRS)
@@ -430,6 +452,68 @@ def test_one_v2_step_copies_nothing_from_the_device(
         print(f"\n{case}: v1 step host syncs {len(pair['v1']['syncs'])}: {pair['v1']['syncs']}")
     assert pair["v1"]["syncs"], "v1's step copies to the host (verify's .cpu()): the counter must see it"
     assert pair["v2"]["syncs"] == []
+
+
+@pytest.mark.parametrize("case", PAIRS + TREE_PAIRS)
+def test_the_v2_step_replays_its_kv_append_graph_where_there_is_one(on: dict, case: str) -> None:
+    """Patch dflash-overlap-step-graphs: with the v2 append's graphs captured (the worker's own
+    _capture_kv_appends, through a CPU stand-in of the capture) the v2 step replays them once (the committed
+    rows' draft KV written from the graph's buffers: the pair tests above find it equal to v1's eager write);
+    without graphs it runs eagerly. Before the patch the v2 step always ran it eagerly (one launch per op on
+    a GPU where v1 replays a graph)."""
+    replays = on[case]["v2"]["graph_replays"]
+    # and the block stage (patch dflash-overlap-block-graph)
+    both = {"DFLASH KV append (spec v2)": 1, "DFLASH block stage (spec v2)": 1}
+    if case in GRAPH_PAIRS:
+        assert replays == both
+    elif case in TREE_GRAPH_PAIRS:  # and DDTREE's commit stage (patch ddtree-overlap-commit-graph)
+        assert replays == {**both, "DDTREE commit stage (spec v2)": 1}
+    else:
+        assert replays == {}
+
+
+V2_APPEND_INPUTS = [
+    [1, [], "torch.int32"],
+    [1, [], "torch.int64"],
+    [1, [], "torch.int64"],
+    [1, [8], "torch.int64"],
+]
+
+
+@pytest.mark.parametrize(("algo", "verify_rows"), [("dflash", 8), ("ddtree", 9)])
+def test_the_worker_captures_the_append_of_the_step_that_runs(
+    on: dict, off: dict, algo: str, verify_rows: int
+) -> None:
+    """DFlashWorker._capture_kv_appends (patch dflash-overlap-step-graphs): switch off, v1's append (compact
+    committed rows, B per request) as before; switch on, the v2 step's (_append_padded_v2: the whole verify
+    output, N rows per request, then commit lengths, new lengths, req_pool_indices and the row index [bs, B])
+    and not v1's, which never runs under spec v2."""
+    got_off, got_on = off[f"kv_append_capture_{algo}"], on[f"kv_append_capture_{algo}"]
+    assert [c["name"] for c in got_off["captured"]] == ["DFLASH KV append"]
+    off_graphs = (
+        got_off["v1_graphs"],
+        got_off["v2_graphs"],
+        got_off["commit_graphs"],
+        got_off["block_graphs"],
+    )
+    assert off_graphs == (True, False, False, False)
+    assert got_off["captured"][0]["inputs"][0] == [8, [24], "torch.bfloat16"]
+    names = ["DFLASH KV append (spec v2)"] + (["DDTREE commit stage (spec v2)"] if algo == "ddtree" else [])
+    assert [c["name"] for c in got_on["captured"]] == [*names, "DFLASH block stage (spec v2)"]
+    assert got_on["captured"][0]["function"] == "_append_padded_v2"
+    assert (got_on["v1_graphs"], got_on["v2_graphs"], got_on["block_graphs"]) == (False, True, True)
+    assert got_on["captured"][0]["inputs"] == [[verify_rows, [24], "torch.bfloat16"], *V2_APPEND_INPUTS]
+    assert got_on["commit_graphs"] == (algo == "ddtree")
+    block = got_on["captured"][
+        -1
+    ]  # patch dflash-overlap-block-graph: bonus tokens, seq_lens, req_pool_indices
+    assert block["function"] == "_block_stage_v2" and block["inputs"] == [[1, [], "torch.int64"]] * 3
+    if algo == "ddtree":
+        commit = got_on["captured"][1]
+        assert commit["function"] == "_commit_stage"
+        long, scalar = "torch.int64", [1, [], "torch.int64"]
+        # the tree's tokens [bs, budget], accept_len, accept_idx [bs, D], bonus, lengths, req_pool_indices
+        assert commit["inputs"] == [[1, [8], long], scalar, [1, [7], long], scalar, scalar, scalar]
 
 
 @pytest.mark.parametrize("case", PAIRS + TREE_PAIRS)

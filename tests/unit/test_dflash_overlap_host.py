@@ -1,0 +1,96 @@
+"""Host cost of a DFLASH/DDTREE decode step, spec v1 against spec v2 (SGLANG_DFLASH_OVERLAP=1, issue 25), in
+the real patched sglang 0.5.13.post1 on CPU: tests/unit/dflash_host_probe.py drives the scheduler's side of
+each decode iteration (prepare_for_decode, run_batch, the result processor; v2: the overlap loop's FutureMap,
+_forward_isolation, batch copy and one-step-late processing) and the real worker's step, with
+dflash_overlap_probe's scripted target and drafter (no GPU here: on a GPU they are CUDA-graph replays, the
+same in both paths; they are not counted).
+
+It counts the aten ops each path dispatches per step (about one kernel launch each on a GPU), apart inside
+the stretches that run as step graphs on a GPU (one replay each: the stand-in graph calls the function and
+counts), and the host time without the scripts. On the H200 (2026-12-02) ddtree-8@overlap took 4.81 ms a
+step against 2.42 ms for v1 with the same GPU kernel time; this guards what the CPU can see of it: v2 replays
+the same step graphs as v1 (patch dflash-overlap-step-graphs: its drafter KV append) and launches no more
+eager ops than v1 (patches ddtree-overlap-commit-graph, dflash-overlap-block-graph). The figures are printed
+(`-s`); patches/OVERLAP.md summarises them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_ddtree_sglang import run_probe, sglang_cpu_path, write_tiny_pair  # noqa: F401  (fixture)
+
+PROBE = Path(__file__).with_name("dflash_host_probe.py")
+MARKER = "DFLASH-HOST-PROBE"
+ARGS = ("--steps", "6", "--bs", "1", "--algos", "ddtree,dflash")
+# Eager ops per step v2 may launch beyond v1's (v2's own fixed-shape work: the verify's reserved slots, the
+# device-side verify; v1 has its host copy and frees instead). Measured: DFLASH +27 and DDTREE +47 before
+# patch dflash-overlap-step-graphs (v2's drafter KV append eager), +8 and +29 with it; DDTREE -6 with
+# ddtree-overlap-commit-graph too; DFLASH -2 and DDTREE -19 with dflash-overlap-block-graph too.
+EXTRA_EAGER = {"dflash": 0, "ddtree": 0}
+STAGE = {"dflash": "chain_stage", "ddtree": "tree_stage"}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    return write_tiny_pair(tmp_path_factory.mktemp("host-models"))
+
+
+def _run(sglang_path: str, models: tuple[str, str], switch: str | None) -> dict:
+    env = {"SGLANG_DFLASH_OVERLAP": switch, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return run_probe(PROBE, MARKER, sglang_path, *models, *ARGS, timeout=600, env=env)
+
+
+@pytest.fixture(scope="module")
+def v1(sglang_cpu_path: str, models: tuple[str, str]) -> dict:  # noqa: F811
+    return _run(sglang_cpu_path, models, None)
+
+
+@pytest.fixture(scope="module")
+def v2(sglang_cpu_path: str, models: tuple[str, str]) -> dict:  # noqa: F811
+    return _run(sglang_cpu_path, models, "1")
+
+
+@pytest.mark.parametrize("algo", ["ddtree", "dflash"])
+def test_both_paths_decode_without_errors(v1: dict, v2: dict, algo: str) -> None:
+    one, two = v1[f"{algo}_bs1"], v2[f"{algo}_bs1"]
+    assert (one["v2"], two["v2"]) == (False, True)
+    assert one["errors"] == [] and two["errors"] == []
+    assert one["tokens_per_step"] > 1 and two["tokens_per_step"] > 1, "the scripts accept drafts"
+
+
+@pytest.mark.parametrize("algo", ["ddtree", "dflash"])
+def test_v2_replays_the_step_graphs_v1_replays(v1: dict, v2: dict, algo: str) -> None:
+    """Per decode step both paths replay the verify-input stage (DDTREE's tree stage, DFLASH's chain stage)
+    and the drafter KV append as step graphs; before patch dflash-overlap-step-graphs v2's append ran
+    eagerly (no replay). v2 also replays its block stage (patch dflash-overlap-block-graph) and DDTREE's v2
+    its commit stage (patch ddtree-overlap-commit-graph)."""
+    for result in (v1[f"{algo}_bs1"], v2[f"{algo}_bs1"]):
+        replays = result["graph_replays_per_step"]
+        assert replays.get(STAGE[algo]) == pytest.approx(1.0)
+        assert replays.get("kv_append") == pytest.approx(1.0), replays
+    # v2's block stage (patch dflash-overlap-block-graph); v1 allocates its block eagerly
+    assert v2[f"{algo}_bs1"]["graph_replays_per_step"].get("block_stage") == pytest.approx(1.0)
+    if algo == "ddtree":  # v2's commit stage after the walk (patch ddtree-overlap-commit-graph); v1 has none
+        assert v2["ddtree_bs1"]["graph_replays_per_step"].get("commit_stage") == pytest.approx(1.0)
+        assert "commit_stage" not in v1["ddtree_bs1"]["graph_replays_per_step"]
+
+
+@pytest.mark.parametrize("algo", ["ddtree", "dflash"])
+def test_v2_launches_at_most_a_few_more_eager_ops_than_v1(
+    v1: dict, v2: dict, algo: str, capsys: pytest.CaptureFixture
+) -> None:
+    """Eager ops per decode step (the worker's and the scheduler's; view ops left out), v2 against v1."""
+    one, two = v1[f"{algo}_bs1"], v2[f"{algo}_bs1"]
+    eager_one = sum(n for where, n in one["ops_per_step"].items() if not where.startswith("graph:"))
+    eager_two = sum(n for where, n in two["ops_per_step"].items() if not where.startswith("graph:"))
+    with capsys.disabled():
+        for name, result in (("v1", one), ("v2", two)):
+            print(
+                f"\n{algo} {name}: ops per step {result['ops_per_step']}, graph replays "
+                f"{result['graph_replays_per_step']}, host {result['host_ms_per_step_median']:.3f} ms "
+                "(CPU, scripts excluded)"
+            )
+    assert eager_two <= eager_one + EXTRA_EAGER[algo], (eager_one, eager_two)
