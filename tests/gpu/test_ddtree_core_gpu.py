@@ -7,6 +7,7 @@ the torch reference runs, and it too must be sync-free and graph-capturable (it 
 
 from __future__ import annotations
 
+import dataclasses
 from types import ModuleType
 
 import pytest
@@ -398,6 +399,41 @@ def test_radix_search_cut_equals_the_reference(du: ModuleType, inputs: str, keep
 TOP_P_ROUNDING = 1e-5  # relative to the row's mass: float32 sums over the 163840-token vocabulary
 
 
+@dataclasses.dataclass
+class TieCrossing:
+    """One row's two cuts side by side in the reference's order (z desc, ties by index asc): how many tokens
+    the kernel and the reference keep, each token's weight w and float64 mass before it (exclusive), and the
+    mass top-p is taken of (z_ref)."""
+
+    kept_got: int
+    kept_want: int
+    w: torch.Tensor
+    exclusive: torch.Tensor
+    z_ref: torch.Tensor
+
+    @classmethod
+    def of(cls, du: ModuleType, row_logits: torch.Tensor, top_k: int | None, renorm: bool, temp: float,
+           got: dict, want: dict, row: int) -> TieCrossing:  # fmt: skip
+        z = row_logits.float() / temp
+        key = du._float_key(z)
+        _, order = torch.sort(key, descending=True, stable=True)
+        w = torch.exp(z[order] - z.max()).double()
+        inclusive = w.cumsum(0)
+        positions = torch.arange(key.numel(), device=key.device)
+
+        def kept(cut) -> int:
+            tied = (key == cut["cut_key"][row]) & (positions <= cut["cut_idx"][row])
+            return int(((key > cut["cut_key"][row]) | tied).sum())
+
+        z_ref = inclusive[-1] if not (renorm and top_k) else inclusive[min(top_k, key.numel()) - 1]
+        return cls(kept(got), kept(want), w, inclusive - w, z_ref)
+
+    def gaps(self, top_p: float) -> torch.Tensor:
+        """(c - top_p Z) / Z of the tokens one side keeps and the other drops."""
+        lo, hi = sorted((self.kept_got, self.kept_want))
+        return (self.exclusive[lo:hi] - top_p * self.z_ref) / self.z_ref
+
+
 def top_p_crossing_within_rounding(
     du: ModuleType,
     row_logits: torch.Tensor,
@@ -417,22 +453,8 @@ def top_p_crossing_within_rounding(
     that limit (a real error moves the cut by far more) and the row's max agrees."""
     if got["row_max"][row] != want["row_max"][row]:
         return False
-    z = row_logits.float() / temp
-    key = du._float_key(z)
-    _, order = torch.sort(key, descending=True, stable=True)
-    w = torch.exp(z[order] - z.max()).double()
-    inclusive = w.cumsum(0)
-    exclusive = inclusive - w
-
-    def kept(cut) -> int:
-        return int(((key > cut["cut_key"][row]) | ((key == cut["cut_key"][row]) & (
-            torch.arange(key.numel(), device=key.device) <= cut["cut_idx"][row]))).sum())  # fmt: skip
-
-    lo, hi = sorted((kept(got), kept(want)))
-    z_ref = inclusive[-1] if not (renorm and top_k) else inclusive[min(top_k, key.numel()) - 1]
-    limit = top_p * z_ref
-    inside = exclusive[lo:hi]
-    return lo < hi and bool(((inside - limit).abs() <= TOP_P_ROUNDING * z_ref).all())
+    gaps = TieCrossing.of(du, row_logits, top_k, renorm, temp, got, want, row).gaps(top_p)
+    return gaps.numel() > 0 and bool((gaps.abs() <= TOP_P_ROUNDING).all())
 
 
 def top_p_crossing_report(
@@ -449,26 +471,13 @@ def top_p_crossing_report(
     """What a failing row's cut looks like against the rule above: how many tokens each side keeps, and how
     far (in units of the row's mass) the exclusive masses of the tokens between them lie from top_p * Z_ref,
     so that a GPU failure says whether it is rounding at a larger scale or a wrong cut."""
-    z = row_logits.float() / temp
-    key = du._float_key(z)
-    _, order = torch.sort(key, descending=True, stable=True)
-    w = torch.exp(z[order] - z.max()).double()
-    inclusive = w.cumsum(0)
-    exclusive = inclusive - w
-    positions = torch.arange(key.numel(), device=key.device)
-
-    def kept(cut) -> int:
-        tied = (key == cut["cut_key"][row]) & (positions <= cut["cut_idx"][row])
-        return int(((key > cut["cut_key"][row]) | tied).sum())
-
-    lo, hi = sorted((kept(got), kept(want)))
-    z_ref = inclusive[-1] if not (renorm and top_k) else inclusive[min(top_k, key.numel()) - 1]
-    gaps = ((exclusive[lo : max(hi, lo + 1)] - top_p * z_ref) / z_ref).tolist()
+    crossing = TieCrossing.of(du, row_logits, top_k, renorm, temp, got, want, row)
+    gaps = crossing.gaps(top_p).tolist() or [float("nan")]
+    tie_weight = float(crossing.w[min(crossing.kept_got, crossing.kept_want)] / crossing.z_ref)
     return (
-        f"row {row}: kept {kept(got)} (kernel) vs {kept(want)} (reference), row max "
+        f"row {row}: kept {crossing.kept_got} (kernel) vs {crossing.kept_want} (reference), row max "
         f"{float(got['row_max'][row])} vs {float(want['row_max'][row])}, (c - top_p Z) / Z between them: "
-        f"min {min(gaps):.3e} max {max(gaps):.3e}, "
-        f"tied weight / Z {float(w[lo] / z_ref):.3e}"
+        f"min {min(gaps):.3e} max {max(gaps):.3e}, tied weight / Z {tie_weight:.3e}"
     )
 
 
