@@ -175,7 +175,6 @@ def run(args, tree: bool, steps: int, bs: int, window: int | None, profile: bool
     import torch
     from sglang.srt.managers import scheduler as scheduler_module
     from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
-    from sglang.srt.managers.scheduler_components.batch_result_processor import SchedulerBatchResultProcessor
     from sglang.srt.mem_cache import common as mem_common
     from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
     from sglang.srt.mem_cache.cache_init_params import CacheInitParams
@@ -305,25 +304,8 @@ def run(args, tree: bool, steps: int, bs: int, window: int | None, profile: bool
         "update_cache_from_scheduler",
     ):
         setattr(sched, name, getattr(scheduler_module.Scheduler, name).__get__(sched))
-    processor = SchedulerBatchResultProcessor(
-        is_generation=True,
-        disaggregation_mode=None,
-        enable_overlap=v2,
-        enable_overlap_mlx=False,
-        server_args=args,
-        model_config=model_config,
-        token_to_kv_pool_allocator=allocator,
-        tree_cache=cache,
-        hisparse_coordinator=None,
-        req_to_token_pool=req_pool,
-        decode_offload_manager=None,
-        metrics_collector=ov._NoOp(),
-        metrics_reporter=ov._Metrics(),
-        draft_worker=None,
-        model_worker=models,
-        logprob_result_processor=ov._NoOp(),
-        output_streamer=ov._NoOp(),
-        abort_request=lambda *a, **k: None,
+    processor = ov.stand_in_result_processor(
+        args, model_config, allocator, cache, req_pool, models, overlap=v2
     )
     reqs = []
     for rid in rids:

@@ -767,6 +767,33 @@ def _track_future_map_reads(future_map, errors: list) -> None:
     future_map._resolve_spec_extras, future_map.resolve_seq_lens_cpu = extras, lens
 
 
+def stand_in_result_processor(args, model_config, allocator, cache, req_pool, worker, overlap: bool):
+    """SGLang's real SchedulerBatchResultProcessor (the decode result path under test) with the metrics,
+    logprob and streaming parts it also drives replaced by no-ops."""
+    from sglang.srt.managers.scheduler_components.batch_result_processor import SchedulerBatchResultProcessor
+
+    return SchedulerBatchResultProcessor(
+        is_generation=True,
+        disaggregation_mode=None,
+        enable_overlap=overlap,
+        enable_overlap_mlx=False,
+        server_args=args,
+        model_config=model_config,
+        token_to_kv_pool_allocator=allocator,
+        tree_cache=cache,
+        hisparse_coordinator=None,
+        req_to_token_pool=req_pool,
+        decode_offload_manager=None,
+        metrics_collector=_NoOp(),
+        metrics_reporter=_Metrics(),
+        draft_worker=None,
+        model_worker=worker,
+        logprob_result_processor=_NoOp(),
+        output_streamer=_NoOp(),
+        abort_request=lambda *a, **k: None,
+    )
+
+
 def _simulation(
     args,
     scenario: dict,
@@ -784,7 +811,6 @@ def _simulation(
     from sglang.srt.managers.io_struct import AbortReq
     from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
     from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder
-    from sglang.srt.managers.scheduler_components.batch_result_processor import SchedulerBatchResultProcessor
     from sglang.srt.mem_cache import common as mem_common
     from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
     from sglang.srt.mem_cache.base_prefix_cache import EvictParams
@@ -887,25 +913,8 @@ def _simulation(
     for name in ("run_batch", "_forward_isolation", "record_batch_in_overlap", "_maybe_report_active_ranks"):
         setattr(sched, name, getattr(scheduler_module.Scheduler, name).__get__(sched))
     _track_future_map_reads(sched.future_map, errors)
-    processor = SchedulerBatchResultProcessor(
-        is_generation=True,
-        disaggregation_mode=None,
-        enable_overlap=True,
-        enable_overlap_mlx=False,
-        server_args=args,
-        model_config=model_config,
-        token_to_kv_pool_allocator=allocator,
-        tree_cache=cache,
-        hisparse_coordinator=None,
-        req_to_token_pool=req_pool,
-        decode_offload_manager=None,
-        metrics_collector=_NoOp(),
-        metrics_reporter=_Metrics(),
-        draft_worker=None,
-        model_worker=worker,
-        logprob_result_processor=_NoOp(),
-        output_streamer=_NoOp(),
-        abort_request=lambda *a, **k: None,
+    processor = stand_in_result_processor(
+        args, model_config, allocator, cache, req_pool, worker, overlap=True
     )
 
     def make_req(spec: dict) -> Req:
