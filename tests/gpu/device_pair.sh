@@ -4,8 +4,8 @@
 #          (about 9 minutes on the H200; torch, tokenizers, safetensors and matplotlib only, no SGLang);
 #          PRESET=h200 adds --expect benchmarks/pair/results/metrics.json and prints whether the retrained pair
 #          reproduced the committed held-out losses and offline acceptance; PRESET=h200-long trains the
-#          long-context pair (about 8 minutes; held-out loss and offline acceptance at 512 and 4096, no
-#          committed metrics to expect yet): give it its own PAIR (e.g. /tmp/pair-long);
+#          long-context pair (about 14 minutes beside two lanes; held-out loss and offline acceptance at 512 and
+#          4096, expected against benchmarks/pair/results/long/metrics.json): give it its own PAIR (/tmp/pair-long);
 #          writes its exit code to $TRAIN_DONE (default /tmp/train.done), which device_queue.sh waits for.
 #   serve: after the pinned wheels are installed into /tmp/site (tests/gpu/README.md, steps 1-3):
 #          applies and verifies the patch series, then benchmarks.pair.serve_bench over MODES (default
@@ -40,8 +40,9 @@ for step in "$@"; do
   t=$SECONDS
   case $step in
     train)
-      expect=()  # only the h200 pair has committed metrics to reproduce
+      expect=()  # the committed metrics each device preset's retrain must reproduce
       [[ $PRESET == h200 ]] && expect=(--expect benchmarks/pair/results/metrics.json)
+      [[ $PRESET == h200-long ]] && expect=(--expect benchmarks/pair/results/long/metrics.json)
       python3 -m benchmarks.pair.train --out "$PAIR" --preset "$PRESET" ${expect[@]+"${expect[@]}"}
       src=$?
       echo $src > "${TRAIN_DONE:-/tmp/train.done}" ;;

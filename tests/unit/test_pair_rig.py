@@ -265,6 +265,37 @@ def test_the_h200_retrains_are_the_committed_pair_and_a_weaker_drafter_is_not() 
     assert train.compare_metrics(committed, looser)[0].startswith("drafter_heldout_loss")
 
 
+def test_the_long_pair_retrain_is_checked_at_both_lengths_and_the_undertrained_one_is_not_it() -> None:
+    """The committed long pair (results/long, sitting 2026-12-02f: the drafter's 1200 steps done) against
+    the long pair of 2026-12-02c, whose drafter stopped at step 301 of 1200 in the old 130 s guard: its target
+    is the same (held-out 3.518 / 3.460 at 512 / 4096 tokens in both runs) and compare_metrics says so, while
+    the weaker drafter's acceptance is named at the served prompt length and at each length of the long table;
+    a loss at 4096 tokens 5% off is named though the 8192-token loss is unchanged."""
+    from benchmarks.pair import train
+
+    results = Path(train.__file__).parent / "results"
+    committed = json.loads((results / "long" / "metrics.json").read_text())
+    assert committed["preset"] == "h200-long" and committed["drafter_steps_done"] == 1200
+    assert train.compare_metrics(committed, committed) == []
+    undertrained = json.loads((results / "sitting-2026-12-02c" / "long-pair-metrics.json").read_text())
+    problems = train.compare_metrics(committed, undertrained)
+    assert not [p for p in problems if p.startswith("target_heldout_loss at")], problems
+    assert "drafter_heldout_loss 4.2013 vs committed 2.87" in problems
+    for method in ("dflash", "ddtree-8", "ddtree-16", "ddtree-32"):
+        for where in (" ", " at 512 tokens ", " at 4096 tokens "):
+            assert any(p.startswith(f"offline trained/{method}{where}") for p in problems), (
+                method,
+                where,
+                problems,
+            )
+    shifted = json.loads(json.dumps(committed))
+    shifted["target_heldout_loss_by_length"]["4096"] *= 1.05
+    assert train.compare_metrics(committed, shifted) == [
+        f"target_heldout_loss at 4096 tokens {shifted['target_heldout_loss_by_length']['4096']} "
+        f"vs committed {committed['target_heldout_loss_by_length']['4096']}"
+    ]
+
+
 def _long_stdlib(root: Path) -> Path:
     """The fake stdlib with more text: every module the bench reads (held out), each file marked with its
     name on its first line, every file well under the toy-long sequence length."""
@@ -739,7 +770,8 @@ def test_profiled_requests_are_in_flight_together_and_answered_in_order() -> Non
 
 def test_device_pair_train_picks_the_preset_and_expects_only_the_committed_pair(tmp_path: Path) -> None:
     """tests/gpu/device_pair.sh train with a stand-in python3 on PATH that records its arguments (the real
-    training needs the GPU): h200 by default with --expect, PRESET=h200-long into its own PAIR without."""
+    training needs the GPU): h200 by default, PRESET=h200-long into its own PAIR, each with its committed
+    metrics."""
     script = Path(__file__).resolve().parents[2] / "tests" / "gpu" / "device_pair.sh"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -760,8 +792,11 @@ def test_device_pair_train_picks_the_preset_and_expects_only_the_committed_pair(
     assert calls == [
         f"-m benchmarks.pair.train --out {tmp_path / 'pair'} --preset h200 "
         "--expect benchmarks/pair/results/metrics.json",
-        f"-m benchmarks.pair.train --out {tmp_path / 'pair-long'} --preset h200-long",
+        f"-m benchmarks.pair.train --out {tmp_path / 'pair-long'} --preset h200-long "
+        "--expect benchmarks/pair/results/long/metrics.json",
     ]
+    for expect in (call.split("--expect ")[1] for call in calls):
+        assert (script.parents[2] / expect).is_file(), expect
 
 
 def test_training_runs_torch_in_strict_deterministic_mode_without_cudnn_attention() -> None:
