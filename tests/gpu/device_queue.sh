@@ -26,6 +26,8 @@
 #   stress-overlap  the stress with SGLANG_DFLASH_OVERLAP=1 (overlap scheduling, the spec-v2 step: patches 0019-
 #                   0022, issue 25) on $OVERLAP_ALGORITHM (DDTREE, or DFLASH)
 #   options-stress-overlap  the options stress with the same switch: the v2 step's penalties token for token
+#   stress-overlap-mla  the overlap stress on the tiny Kimi-shaped MLA target ($OVERLAP_ALGORITHM): what the switch
+#                   needs before it can be the served default for Kimi
 #   secrets         secrets_tiny.py: keys enforced, none shown anywhere (issue 29)
 #   mla             the smoke on the tiny Kimi-shaped MLA target (issue 32)
 #   smoke-mla-graphs  the MLA smoke with the fast step switched on explicitly (step CUDA graphs + verify metadata
@@ -79,11 +81,11 @@ GRAPHS_ENV=(SGLANG_DFLASH_STEP_GRAPHS=1 SGLANG_DDTREE_FAST_METADATA=1)
 for job in "$@"; do
   case $job in
     smoke | smoke-graphs | stress-graphs | smoke-graphs-tp2 | smoke-splitkv | stress-splitkv | options-stress | \
-      options-stress-dflash | stress-overlap | options-stress-overlap | secrets | mla | smoke-sampling | core-tests | request-options | \
+      options-stress-dflash | stress-overlap | options-stress-overlap | stress-overlap-mla | secrets | mla | smoke-sampling | core-tests | request-options | \
       smoke-mla-graphs | stress-mla | stress-mla-graphs | steps | tree-graph | commit-graph | stacks | stacks-c32 | profile | \
       profile-c32 | paired | options | \
       core-bench | verify-bench | profile-mla) ;;
-    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv options-stress options-stress-dflash stress-overlap options-stress-overlap secrets mla smoke-sampling core-tests request-options smoke-mla-graphs stress-mla stress-mla-graphs steps tree-graph commit-graph stacks stacks-c32 profile profile-c32 paired options core-bench verify-bench profile-mla)" >&2
+    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv options-stress options-stress-dflash stress-overlap options-stress-overlap stress-overlap-mla secrets mla smoke-sampling core-tests request-options smoke-mla-graphs stress-mla stress-mla-graphs steps tree-graph commit-graph stacks stacks-c32 profile profile-c32 paired options core-bench verify-bench profile-mla)" >&2
        exit 2 ;;
   esac
 done
@@ -113,6 +115,9 @@ run_job() {
     options-stress-overlap) timeout "$limit" env SGLANG_DFLASH_OVERLAP=1 \
                               STRESS_ARGS="--options-only --algorithm $OVERLAP_ALGORITHM" \
                               OUT="$OUT/options-stress-overlap" bash tests/gpu/device_ddtree.sh stress ;;
+    stress-overlap-mla) timeout "$limit" env SGLANG_DFLASH_OVERLAP=1 \
+                          STRESS_ARGS="--arch mla --algorithm $OVERLAP_ALGORITHM" \
+                          OUT="$OUT/stress-overlap-mla" bash tests/gpu/device_ddtree.sh stress ;;
     smoke-sampling) timeout "$limit" env SGLANG_DDTREE_TRITON_SAMPLING=1 OUT="$OUT/smoke-sampling" \
                       bash tests/gpu/device_ddtree.sh smoke ;;
     core-tests) timeout "$limit" python3 -m pytest -q -p no:cacheprovider tests/gpu/test_ddtree_core_gpu.py ;;
