@@ -651,8 +651,10 @@ on = {"top_ks": torch.tensor([1, 40, 6000, 1 << 30], dtype=torch.int32),
       "top_ps": torch.tensor([0.3, 0.9, 0.95, 0.999]), "min_ps": torch.tensor([0.0, 0.05, 1e-6, 1e-3])}
 variants = du.sampling_variants(4, "cpu")
 result = {}
+index = torch.arange(vocab)[None, :]
 for which, logits in inputs.items():
-    for name in ("temperature", "top_ks", "min_ps"):
+    key = du._float_key(logits / temps[:, None])
+    for name in ("temperature", "top_ks", "min_ps", "top_ps"):  # top_ps: the H200's row 18 (issue 27)
         chosen = [None if variants[name][key] is None else on[key] for key in on]
         for keep_ties in (True, False):
             got = dk.filter_rows(logits, temps, *chosen, 1, keep_ties=keep_ties, candidate_cap=8,
@@ -666,6 +668,8 @@ for which, logits in inputs.items():
                 "uncut": int((want["cut_key"] == du._KEEP_ALL_KEY).sum()),
                 "deep": int(((want["cut_key"] != du._KEEP_ALL_KEY) & (got["searched"] != 0)
                              & (on["top_ks"] > 1000)).sum()),
+                "split_runs": ((key == want["cut_key"][:, None]) & (index > want["cut_idx"][:, None]))
+                              .any(dim=1).nonzero().flatten().tolist(),  # rows keeping a part of a run
             }
 print("EXACT-CUT " + json.dumps(result))
 """
@@ -678,9 +682,13 @@ def test_cut_equals_the_reference_exactly(kernel_package: Path, sglang_cpu_path:
     the rows of top-k 1 << 30 (sitting 2026-12-02b, radix.log)."""
     got = run_script(EXACT_CUT_CHECK, "EXACT-CUT", kernel_package, sglang_cpu_path, interpret=True,
                      timeout=600)  # fmt: skip
-    assert len(got) == 12, sorted(got)
+    assert len(got) == 16, sorted(got)
     wrong = {case: value for case, value in got.items() if value["differ"] or not value["mass_close"]}
     assert not wrong, wrong
+    # top-p alone, pytorch rule: the GPU's row 18 (issue 27; temperature 1.3, top-p 0.95) on CPU, the cut
+    # inside a run of bf16 ties found by the radix search in every row
+    top_p = got["bf16-ties:top_ps:positional"]
+    assert top_p["searched"] >= 3 and 2 in top_p["split_runs"], top_p
     assert all(got[f"{which}:temperature"]["uncut"] == 4 for which in ("bf16-ties", "flat-tail")), got
     for which in ("bf16-ties", "flat-tail"):
         for rule in ("", ":positional"):
