@@ -1,0 +1,51 @@
+#!/bin/bash
+# The next sitting as planned at the end of 2026-12-02f. Copy it to the repo root, untracked, before call 1,
+# and remove it after. No training: the long pair comes from the build host.
+#
+# Calls before this script starts:
+#   1. carry .device/pair-long/pair.tar.00..02:
+#        `mkdir -p /tmp/pp && cp .device/pair-long/pair.tar.* /tmp/pp/`
+#   2. carry .device/pair-long/pair.tar.03, pair.tar.04 and pair.tar.sha256:
+#        the same cp, then
+#        `PAIR_PARTS=/tmp/pp PAIR=/tmp/pair-long bash tests/gpu/device_pair.sh unpack-pair`,
+#        which writes /tmp/train.done.
+#   3-16. the 14 wheel parts, as always. The last call installs, applies the series, and starts this.
+#
+# Three correctness lanes:
+#   - issue 25: the overlap stress on the tiny MLA target, DDTREE and DFLASH (Kimi's shape: what the switch
+#     needs before it can be the default); the options stress under overlap (0026 changed how penalties advance);
+#   - issue 27: the core tests, where row 18 should now pass with a rounding warning.
+# Then the timing jobs alone:
+#   - issue 28: options acceptance on the long pair;
+#   - issue 25: paired none vs DDTREE-16 under overlap at 256 and 1024, and the tiny models' stacks v1 vs v2;
+#   - issue 27: the core bench.
+cd /tmp/proj || exit 1
+END=${END:-1350}
+export JOB_TIMEOUT=600
+Q=tests/gpu/device_queue.sh
+left() { echo $((END - SECONDS - ${1:-0})); }
+mkdir -p /tmp/out /tmp/runs
+( QUEUE_LANE=a OUT=/tmp/out/lanea RUNS=/tmp/runs/a DEADLINE=$(left 800) bash $Q stress-overlap-mla
+  echo 0 > /tmp/out/lanea.done ) &
+sleep 20
+( OVERLAP_ALGORITHM=DFLASH QUEUE_LANE=b OUT=/tmp/out/laneb RUNS=/tmp/runs/b DEADLINE=$(left 800) \
+    bash $Q stress-overlap-mla
+  echo 0 > /tmp/out/laneb.done ) &
+sleep 20
+( QUEUE_LANE=c OUT=/tmp/out/lanec RUNS=/tmp/runs/c DEADLINE=$(left 800) bash $Q core-tests options-stress-overlap
+  echo 0 > /tmp/out/lanec.done ) &
+for i in $(seq 900); do
+  [[ -f /tmp/out/lanea.done && -f /tmp/out/laneb.done && -f /tmp/out/lanec.done ]] && break
+  (($(left 700) < 0)) && break
+  sleep 3
+done
+echo "timing starts at $SECONDS s" > /tmp/out/timing-start.txt
+OUT=/tmp/out/t1 RUNS=/tmp/runs/t1 PAIR=/tmp/pair-long DEADLINE=$(left 400) bash $Q options
+OUT=/tmp/out/t2 RUNS=/tmp/runs/t2 PAIR=/tmp/pair-long DEADLINE=$(left 200) \
+  PAIRED_MODES=none,ddtree-16@overlap PAIRED_CONTEXTS=256,1024 PAIRED_ROUNDS=3 bash $Q paired
+(($(left 150) > 0)) && PYTHONPATH=$PWD/entrypoint:$PWD:/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
+  PYTHONUNBUFFERED=1 timeout "$(left 20)" python3 -m benchmarks.pair.profile_step --smoke-arch gqa \
+  --out /tmp/runs/stacks-gqa --contexts 256 --modes ddtree-8,ddtree-8@overlap --stacks --steps 8 \
+  > /tmp/out/stacks-gqa.log 2>&1
+OUT=/tmp/out/t3 RUNS=/tmp/runs/t3 PAIR=/tmp/pair-long DEADLINE=$(left 90) bash $Q core-bench
+echo "sitting done at $SECONDS s" > /tmp/out/sitting.done
