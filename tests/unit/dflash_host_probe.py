@@ -257,6 +257,10 @@ def run(args, tree: bool, steps: int, bs: int, window: int | None, profile: bool
         worker._kv_append_v2_graphs = _GraphScope("kv_append", worker._append_padded_v2, counter_ref)
     if v2 and hasattr(type(worker), "_block_stage_v2"):  # patch dflash-overlap-block-graph
         worker._block_stage_v2_graphs = _GraphScope("block_stage", worker._block_stage_v2, counter_ref)
+    if v2 and not tree and hasattr(type(worker), "_capture_chain_tail_v2"):  # patch dflash-overlap-host-trim
+        from sglang.srt.speculative.dflash_step_v2 import chain_tail_v2
+
+        worker._chain_tail_v2_graphs = _GraphScope("chain_tail", chain_tail_v2, counter_ref)
     if tree:
         worker.tree_stage_graphs = _GraphScope("tree_stage", worker._tree_stage, counter_ref)
         if v2 and hasattr(type(worker), "_commit_stage"):  # patch ddtree-overlap-commit-graph

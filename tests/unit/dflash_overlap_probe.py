@@ -1694,6 +1694,8 @@ def _install_cpu_step_graphs(worker, record: list, batch_sizes, tree: bool) -> N
         worker.commit_stage_graphs = worker._capture_commit_stage()
     if hasattr(type(worker), "_capture_block_stage_v2"):  # patch dflash-overlap-block-graph
         worker._block_stage_v2_graphs = worker._capture_block_stage_v2()
+    if hasattr(type(worker), "_capture_chain_tail_v2"):  # patch dflash-overlap-host-trim (DFLASH only)
+        worker.__dict__["_chain_tail_v2_graphs"] = worker._capture_chain_tail_v2()
 
 
 def _graph_replays(record: list) -> dict[str, int]:
@@ -1730,12 +1732,15 @@ def _kv_append_capture_facts(argv: list[str], tree: bool) -> dict:
         worker.__dict__["commit_stage_graphs"] = worker._capture_commit_stage()
     if hasattr(type(worker), "_capture_block_stage_v2"):  # patch dflash-overlap-block-graph
         worker.__dict__["_block_stage_v2_graphs"] = worker._capture_block_stage_v2()
+    if hasattr(type(worker), "_capture_chain_tail_v2"):  # patch dflash-overlap-host-trim
+        worker.__dict__["_chain_tail_v2_graphs"] = worker._capture_chain_tail_v2()
     return {
         "captured": [{k: v for k, v in entry.items() if k != "graphs"} for entry in record],
         "v1_graphs": worker.__dict__.get("_kv_append_graphs") is not None,
         "v2_graphs": worker.__dict__.get("_kv_append_v2_graphs") is not None,
         "commit_graphs": worker.__dict__.get("commit_stage_graphs") is not None,
         "block_graphs": worker.__dict__.get("_block_stage_v2_graphs") is not None,
+        "tail_graphs": worker.__dict__.get("_chain_tail_v2_graphs") is not None,
     }
 
 

@@ -263,6 +263,9 @@ def test_simulation_replays_the_v2_step_graphs_at_every_decode_step(on: dict, al
     assert replays["DFLASH block stage (spec v2)"] == sim["verify_steps"]  # patch dflash-overlap-block-graph
     if algo.startswith("ddtree"):
         assert replays["DDTREE commit stage (spec v2)"] == sim["verify_steps"]
+        assert "DFLASH chain tail (spec v2)" not in replays
+    else:  # DFLASH's greedy verify tail (patch dflash-overlap-host-trim)
+        assert replays["DFLASH chain tail (spec v2)"] == sim["verify_steps"]
     assert sim["retracted"], "the tight pool should force a retraction"
 
 
@@ -464,8 +467,8 @@ def test_the_v2_step_replays_its_kv_append_graph_where_there_is_one(on: dict, ca
     replays = on[case]["v2"]["graph_replays"]
     # and the block stage (patch dflash-overlap-block-graph)
     both = {"DFLASH KV append (spec v2)": 1, "DFLASH block stage (spec v2)": 1}
-    if case in GRAPH_PAIRS:
-        assert replays == both
+    if case in GRAPH_PAIRS:  # and DFLASH's greedy verify tail (patch dflash-overlap-host-trim)
+        assert replays == {**both, "DFLASH chain tail (spec v2)": 1}
     elif case in TREE_GRAPH_PAIRS:  # and DDTREE's commit stage (patch ddtree-overlap-commit-graph)
         assert replays == {**both, "DDTREE commit stage (spec v2)": 1}
     else:
@@ -499,13 +502,15 @@ def test_the_worker_captures_the_append_of_the_step_that_runs(
     assert off_graphs == (True, False, False, False)
     assert got_off["captured"][0]["inputs"][0] == [8, [24], "torch.bfloat16"]
     names = ["DFLASH KV append (spec v2)"] + (["DDTREE commit stage (spec v2)"] if algo == "ddtree" else [])
-    assert [c["name"] for c in got_on["captured"]] == [*names, "DFLASH block stage (spec v2)"]
+    tail = [] if algo == "ddtree" else ["DFLASH chain tail (spec v2)"]  # patch dflash-overlap-host-trim
+    assert [c["name"] for c in got_on["captured"]] == [*names, "DFLASH block stage (spec v2)", *tail]
+    assert got_off["tail_graphs"] is False and got_on["tail_graphs"] == (algo == "dflash")
     assert got_on["captured"][0]["function"] == "_append_padded_v2"
     assert (got_on["v1_graphs"], got_on["v2_graphs"], got_on["block_graphs"]) == (False, True, True)
     assert got_on["captured"][0]["inputs"] == [[verify_rows, [24], "torch.bfloat16"], *V2_APPEND_INPUTS]
     assert got_on["commit_graphs"] == (algo == "ddtree")
     block = got_on["captured"][
-        -1
+        len(names)
     ]  # patch dflash-overlap-block-graph: bonus tokens, seq_lens, req_pool_indices
     assert block["function"] == "_block_stage_v2" and block["inputs"] == [[1, [], "torch.int64"]] * 3
     if algo == "ddtree":

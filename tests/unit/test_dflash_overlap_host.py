@@ -28,8 +28,15 @@ ARGS = ("--steps", "6", "--bs", "1", "--algos", "ddtree,dflash")
 # Eager ops per step v2 may launch beyond v1's (v2's own fixed-shape work: the verify's reserved slots, the
 # device-side verify; v1 has its host copy and frees instead). Measured: DFLASH +27 and DDTREE +47 before
 # patch dflash-overlap-step-graphs (v2's drafter KV append eager), +8 and +29 with it; DDTREE -6 with
-# ddtree-overlap-commit-graph too; DFLASH -2 and DDTREE -19 with dflash-overlap-block-graph too.
-EXTRA_EAGER = {"dflash": 0, "ddtree": 0}
+# ddtree-overlap-commit-graph too; DFLASH -2 and DDTREE -19 with dflash-overlap-block-graph too; DFLASH -25
+# and DDTREE -29 with dflash-overlap-host-trim too (v1 35 and 65).
+EXTRA_EAGER = {"dflash": -25, "ddtree": -29}
+# The v2 step's eager ops per step, worker and scheduler (the probe's count at bs 1): DFLASH 33 and DDTREE 46
+# with patches 0025-0027; 10 and 36 with dflash-overlap-host-trim (the verify's reserved slots from the block
+# stage: -4; the bound's sums and the compact window's bound in Python: -4, DDTREE's tree mask size -2 more;
+# DFLASH's chain triangle made once and its penalties mask only when a penalty is active: -2; DFLASH's greedy
+# verify tail, 17 ops, replayed as a graph whose 4 outputs are cloned: -13).
+V2_EAGER_MAX = {"dflash": 10, "ddtree": 36}
 STAGE = {"dflash": "chain_stage", "ddtree": "tree_stage"}
 
 
@@ -76,6 +83,8 @@ def test_v2_replays_the_step_graphs_v1_replays(v1: dict, v2: dict, algo: str) ->
     if algo == "ddtree":  # v2's commit stage after the walk (patch ddtree-overlap-commit-graph); v1 has none
         assert v2["ddtree_bs1"]["graph_replays_per_step"].get("commit_stage") == pytest.approx(1.0)
         assert "commit_stage" not in v1["ddtree_bs1"]["graph_replays_per_step"]
+    else:  # v2's greedy chain verify tail (patch dflash-overlap-host-trim)
+        assert v2["dflash_bs1"]["graph_replays_per_step"].get("chain_tail") == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("algo", ["ddtree", "dflash"])
@@ -94,3 +103,17 @@ def test_v2_launches_at_most_a_few_more_eager_ops_than_v1(
                 "(CPU, scripts excluded)"
             )
     assert eager_two <= eager_one + EXTRA_EAGER[algo], (eager_one, eager_two)
+
+
+@pytest.mark.parametrize("algo", ["ddtree", "dflash"])
+def test_v2_eager_ops_per_step_stay_under_the_trimmed_bound(v2: dict, algo: str) -> None:
+    """Patch dflash-overlap-host-trim: the v2 step's eager ops (worker and scheduler, bs 1) at most
+    V2_EAGER_MAX; without it DFLASH 33 and DDTREE 46. The reserved verify slots come from the block stage's
+    graph (no second lookup in the worker) and the host bound is summed in Python (no op on a host tensor);
+    DFLASH's greedy verify tail is a graph replay too."""
+    result = v2[f"{algo}_bs1"]
+    eager = sum(n for where, n in result["ops_per_step"].items() if not where.startswith("graph:"))
+    assert eager <= V2_EAGER_MAX[algo], (eager, result["ops_by_name"])
+    worker = result["ops_by_name"]["worker"]
+    for name in ("_local_scalar_dense", "clamp"):  # the bound's int(sum) and the compact window's clamp
+        assert name not in worker, (name, worker)
