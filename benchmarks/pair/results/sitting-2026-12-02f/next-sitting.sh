@@ -13,23 +13,26 @@
 #
 # Three correctness lanes:
 #   - issue 25: the overlap stress on the tiny MLA target, DDTREE and DFLASH (Kimi's shape: what the switch
-#     needs before it can be the default); the options stress under overlap (0026 changed how penalties advance);
+#     needs before it can be the default), then on the gqa target again (patch 0028 changed the v2 step: the
+#     DFLASH server log should say "DFLASH chain tail (spec v2) captured"); the options stress under overlap
+#     (0026 changed how penalties advance);
 #   - issue 27: the core tests, where row 18 should now pass with a rounding warning.
 # Then the timing jobs alone:
 #   - issue 28: options acceptance on the long pair;
-#   - issue 25: paired none vs DDTREE-16 under overlap at 256 and 1024, and the tiny models' stacks v1 vs v2;
+#   - issue 25: paired none vs DDTREE-16 under overlap at 256 and 1024 (the v2 step to beat: 3.300 ms), and
+#     the tiny models' stacks v1 vs v2 for DDTREE-8 and DFLASH;
 #   - issue 27: the core bench.
 cd /tmp/proj || exit 1
-END=${END:-1350}
+END=${END:-1400}
 export JOB_TIMEOUT=600
 Q=tests/gpu/device_queue.sh
 left() { echo $((END - SECONDS - ${1:-0})); }
 mkdir -p /tmp/out /tmp/runs
-( QUEUE_LANE=a OUT=/tmp/out/lanea RUNS=/tmp/runs/a DEADLINE=$(left 800) bash $Q stress-overlap-mla
+( QUEUE_LANE=a OUT=/tmp/out/lanea RUNS=/tmp/runs/a DEADLINE=$(left 900) bash $Q stress-overlap-mla stress-overlap
   echo 0 > /tmp/out/lanea.done ) &
 sleep 20
-( OVERLAP_ALGORITHM=DFLASH QUEUE_LANE=b OUT=/tmp/out/laneb RUNS=/tmp/runs/b DEADLINE=$(left 800) \
-    bash $Q stress-overlap-mla
+( OVERLAP_ALGORITHM=DFLASH QUEUE_LANE=b OUT=/tmp/out/laneb RUNS=/tmp/runs/b DEADLINE=$(left 900) \
+    bash $Q stress-overlap-mla stress-overlap
   echo 0 > /tmp/out/laneb.done ) &
 sleep 20
 ( QUEUE_LANE=c OUT=/tmp/out/lanec RUNS=/tmp/runs/c DEADLINE=$(left 800) bash $Q core-tests options-stress-overlap
@@ -45,7 +48,7 @@ OUT=/tmp/out/t2 RUNS=/tmp/runs/t2 PAIR=/tmp/pair-long DEADLINE=$(left 200) \
   PAIRED_MODES=none,ddtree-16@overlap PAIRED_CONTEXTS=256,1024 PAIRED_ROUNDS=3 bash $Q paired
 (($(left 150) > 0)) && PYTHONPATH=$PWD/entrypoint:$PWD:/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
   PYTHONUNBUFFERED=1 timeout "$(left 20)" python3 -m benchmarks.pair.profile_step --smoke-arch gqa \
-  --out /tmp/runs/stacks-gqa --contexts 256 --modes ddtree-8,ddtree-8@overlap --stacks --steps 8 \
-  > /tmp/out/stacks-gqa.log 2>&1
+  --out /tmp/runs/stacks-gqa --contexts 256 --modes ddtree-8,ddtree-8@overlap,dflash,dflash@overlap --stacks \
+  --steps 8 > /tmp/out/stacks-gqa.log 2>&1
 OUT=/tmp/out/t3 RUNS=/tmp/runs/t3 PAIR=/tmp/pair-long DEADLINE=$(left 90) bash $Q core-bench
 echo "sitting done at $SECONDS s" > /tmp/out/sitting.done
