@@ -1,0 +1,84 @@
+"""Plain float32 greedy from a paired_step prompt, and the top-1 minus top-2 logit at one position (CPU ok).
+
+    python -m benchmarks.pair.replay_gap --pair DIR --context 1024 --at 30 [--expect 40,42] [--device cpu]
+
+Why: a paired_step run recorded before its outputs were kept says only "first differ at token N (A x, B y)".
+The prompt is rebuilt as paired_step builds it (profile_step.prompt_of: the pair's eval prompts one after
+another, cut to the context), the rig's target (float32) decodes N + 1 tokens greedily with its KV cache,
+and at token N the top-2 tokens and their gap are read twice: from the incremental decode's logits and from
+one full forward over prompt + tokens 0..N-1 (near_tie.logit_gap, what paired_step and summarize use).
+With --expect x,y it says whether token N is x or y with the other second (only then does the gap stand for
+the servers' difference: float32 may have left the bf16 servers' path earlier; the smallest gap on the way
+is printed too). Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.pair import near_tie, profile_step, serve_bench
+
+
+def replay(pair: Path, context: int, at: int, device: str) -> dict[str, Any]:
+    """Greedy decode of at + 1 tokens from the context's prompt; the top-2 and gap at every step."""
+    import torch
+
+    from benchmarks.pair.modeling import KVCache
+
+    prompts, _ = serve_bench.eval_prompts(pair)
+    prompt = profile_step.prompt_of(prompts, context)
+    target = near_tie.load_target(pair, device)
+    start = time.monotonic()
+    cache = KVCache(target.cfg, 1, len(prompt) + at + 1, torch.device(device), torch.float32)
+    tokens: list[int] = []
+    steps: list[dict[str, Any]] = []
+    with torch.no_grad():
+        logits, _ = target(torch.tensor([prompt], device=device), cache=cache)
+        for _ in range(at + 1):
+            top = logits[0, -1].float().topk(2)
+            steps.append(
+                {"top": [int(t) for t in top.indices], "gap": round(float(top.values[0] - top.values[1]), 4)}
+            )
+            tokens.append(steps[-1]["top"][0])
+            if len(tokens) <= at:
+                logits, _ = target(torch.tensor([[tokens[-1]]], device=device), cache=cache)
+    decode_s = time.monotonic() - start
+    full = near_tie.logit_gap(target, prompt + tokens[:at], device)
+    before = min(range(at), key=lambda i: steps[i]["gap"]) if at else None
+    return {
+        "context": context, "prompt_tokens": len(prompt), "prompt_sha256": near_tie.ids_digest(prompt),
+        "at": at, "tokens": tokens,
+        "incremental": {**steps[at], "near_tie": steps[at]["gap"] <= near_tie.NEAR_TIE},
+        "full_forward": full,
+        "smallest_gap_before": None if before is None else {"at": before, **steps[before]},
+        "decode_s": round(decode_s, 1), "seconds": round(time.monotonic() - start, 1), "device": device,
+    }  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pair", type=Path, required=True)
+    ap.add_argument("--context", type=int, required=True, help="the paired_step context (prompt length)")
+    ap.add_argument("--at", type=int, required=True, help="the token index where the servers first differed")
+    ap.add_argument("--expect", help="the two servers' tokens there, x,y")
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args(argv)
+    if args.context < 1 or args.at < 0:
+        print("replay_gap: --context at least 1, --at at least 0", file=sys.stderr)
+        return 2
+    result = replay(args.pair, args.context, args.at, args.device)
+    if args.expect:
+        x, y = (int(t) for t in args.expect.split(","))
+        top = result["full_forward"]["top"]
+        result["matches_expected"] = sorted(top) == sorted([x, y])
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
