@@ -1,6 +1,7 @@
 """Plain float32 greedy from a paired_step prompt, and the top-1 minus top-2 logit at one position (CPU ok).
 
     python -m benchmarks.pair.replay_gap --pair DIR --context 1024 --at 30 [--expect 40,42] [--device cpu]
+                                         [--path-dtype bfloat16]
 
 Why: a paired_step run recorded before its outputs were kept says only "first differ at token N (A x, B y)".
 The prompt is rebuilt as paired_step builds it (profile_step.prompt_of: the pair's eval prompts one after
@@ -9,7 +10,9 @@ and at token N the top-2 tokens and their gap are read twice: from the increment
 one full forward over prompt + tokens 0..N-1 (near_tie.logit_gap, what paired_step and summarize use).
 With --expect x,y it says whether token N is x or y with the other second (only then does the gap stand for
 the servers' difference: float32 may have left the bf16 servers' path earlier; the smallest gap on the way
-is printed too). Prints one JSON object.
+is printed too). --path-dtype bfloat16 decodes the path in bf16 (the weights' own dtype, as the servers
+compute; another device's kernels still round otherwise) and reads the gap on it in float32, as before.
+Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -24,8 +27,11 @@ from typing import Any
 from benchmarks.pair import near_tie, profile_step, serve_bench
 
 
-def replay(pair: Path, context: int, at: int, device: str) -> dict[str, Any]:
-    """Greedy decode of at + 1 tokens from the context's prompt; the top-2 and gap at every step."""
+def replay(pair: Path, context: int, at: int, device: str, path_dtype: str = "float32") -> dict[str, Any]:
+    """Greedy decode of at + 1 tokens from the context's prompt in `path_dtype`, its top-2 and gap at every
+    step; at token `at` also the float32 target's top-2 and gap on that path (one full forward)."""
+    import copy
+
     import torch
 
     from benchmarks.pair.modeling import KVCache
@@ -33,12 +39,14 @@ def replay(pair: Path, context: int, at: int, device: str) -> dict[str, Any]:
     prompts, _ = serve_bench.eval_prompts(pair)
     prompt = profile_step.prompt_of(prompts, context)
     target = near_tie.load_target(pair, device)
+    dtype = getattr(torch, path_dtype)
+    decoder = target if dtype == torch.float32 else copy.deepcopy(target).to(dtype)
     start = time.monotonic()
-    cache = KVCache(target.cfg, 1, len(prompt) + at + 1, torch.device(device), torch.float32)
+    cache = KVCache(target.cfg, 1, len(prompt) + at + 1, torch.device(device), dtype)
     tokens: list[int] = []
     steps: list[dict[str, Any]] = []
     with torch.no_grad():
-        logits, _ = target(torch.tensor([prompt], device=device), cache=cache)
+        logits, _ = decoder(torch.tensor([prompt], device=device), cache=cache)
         for _ in range(at + 1):
             top = logits[0, -1].float().topk(2)
             steps.append(
@@ -46,13 +54,13 @@ def replay(pair: Path, context: int, at: int, device: str) -> dict[str, Any]:
             )
             tokens.append(steps[-1]["top"][0])
             if len(tokens) <= at:
-                logits, _ = target(torch.tensor([[tokens[-1]]], device=device), cache=cache)
+                logits, _ = decoder(torch.tensor([[tokens[-1]]], device=device), cache=cache)
     decode_s = time.monotonic() - start
     full = near_tie.logit_gap(target, prompt + tokens[:at], device)
     before = min(range(at), key=lambda i: steps[i]["gap"]) if at else None
     return {
         "context": context, "prompt_tokens": len(prompt), "prompt_sha256": near_tie.ids_digest(prompt),
-        "at": at, "tokens": tokens,
+        "at": at, "path_dtype": path_dtype, "tokens": tokens,
         "incremental": {**steps[at], "near_tie": steps[at]["gap"] <= near_tie.NEAR_TIE},
         "full_forward": full,
         "smallest_gap_before": None if before is None else {"at": before, **steps[before]},
@@ -67,11 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--at", type=int, required=True, help="the token index where the servers first differed")
     ap.add_argument("--expect", help="the two servers' tokens there, x,y")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--path-dtype", choices=("float32", "bfloat16"), default="float32")
     args = ap.parse_args(argv)
     if args.context < 1 or args.at < 0:
         print("replay_gap: --context at least 1, --at at least 0", file=sys.stderr)
         return 2
-    result = replay(args.pair, args.context, args.at, args.device)
+    result = replay(args.pair, args.context, args.at, args.device, args.path_dtype)
     if args.expect:
         x, y = (int(t) for t in args.expect.split(","))
         top = result["full_forward"]["top"]
