@@ -241,6 +241,42 @@ def test_each_first_difference_gets_the_float32_rigs_gap_at_its_position_and_a_w
     assert markdown.count("NOT a near-tie") == 1 and markdown.count("): near-tie (<=") == 1
 
 
+def test_summarize_and_replay_gap_read_the_same_gap_as_paired_step_on_the_toy_pair(tmp_path: Path) -> None:
+    """summarize.divergence_gaps (serve runs) and replay_gap (a prompt rebuilt from a paired_step context)
+    go through near_tie.logit_gap too: on the toy pair each gap equals the one recomputed here."""
+    import torch
+
+    from benchmarks.pair import replay_gap, summarize
+    from benchmarks.pair.modeling import greedy_generate
+
+    pair = train_toy_pair(tmp_path)
+    target = near_tie.load_target(pair, "cpu")
+    evals, _ = serve_bench.eval_prompts(pair)
+    base = [greedy_generate(target, torch.tensor([p]), 8)[0].tolist() for p in evals]
+    with torch.no_grad():
+        logits, _ = target(torch.tensor([evals[1] + base[1]]))
+    top = logits[0, len(evals[1]) + 3 - 1].topk(2)
+    other = [list(base[0]), [*base[1][:3], int(top.indices[1]), *base[1][4:]]]  # prompt 2 differs at 3
+    runs = tmp_path / "runs"
+    for mode, outputs in (("none", base), ("ddtree-16", other)):
+        (runs / mode).mkdir(parents=True)
+        (runs / mode / "greedy.json").write_text(json.dumps({"outputs": outputs}))
+    gaps = summarize.divergence_gaps(runs, pair, "cpu", ["none", "ddtree-16"])
+    assert gaps == {"ddtree-16": [pytest.approx(float(top.values[0] - top.values[1]), abs=1e-3)]}
+
+    context = len(evals[0]) + 5  # prompt 1 whole, then prompt 2's first 5 tokens
+    replayed = replay_gap.replay(pair, context, 4, "cpu")
+    prompt = profile_step.prompt_of(evals, context)
+    assert replayed["prompt_sha256"] == near_tie.ids_digest(prompt)
+    assert replayed["tokens"] == greedy_generate(target, torch.tensor([prompt]), 5)[0].tolist()
+    with torch.no_grad():
+        logits, _ = target(torch.tensor([prompt + replayed["tokens"][:4]]))
+    top = logits[0, -1].topk(2)
+    assert replayed["full_forward"]["top"] == top.indices.tolist() == replayed["incremental"]["top"]
+    assert replayed["full_forward"]["gap"] == pytest.approx(float(top.values[0] - top.values[1]), abs=1e-3)
+    assert replayed["incremental"]["gap"] == pytest.approx(replayed["full_forward"]["gap"], abs=1e-3)
+
+
 @pytest.mark.parametrize(
     ("failure", "when", "code"),
     [(RuntimeError, 5, 1), (KeyboardInterrupt, 5, 130), (RuntimeError, "ready", 1)],
