@@ -1,7 +1,7 @@
 """Plain float32 greedy from a paired_step prompt, and the top-1 minus top-2 logit at one position (CPU ok).
 
     python -m benchmarks.pair.replay_gap --pair DIR --context 1024 --at 30 [--expect 40,42] [--device cpu]
-                                         [--path-dtype bfloat16]
+                                         [--path-dtype bfloat16] [--force 29:556 ...]
 
 Why: a paired_step run recorded before its outputs were kept says only "first differ at token N (A x, B y)".
 The prompt is rebuilt as paired_step builds it (profile_step.prompt_of: the pair's eval prompts one after
@@ -12,6 +12,8 @@ With --expect x,y it says whether token N is x or y with the other second (only 
 the servers' difference: float32 may have left the bf16 servers' path earlier; the smallest gap on the way
 is printed too). --path-dtype bfloat16 decodes the path in bf16 (the weights' own dtype, as the servers
 compute; another device's kernels still round otherwise) and reads the gap on it in float32, as before.
+--force I:T puts token T at index I of the path instead of the greedy choice (the runner-up at a near-tie
+on the way: is that where the servers went?).
 Prints one JSON object.
 """
 
@@ -27,9 +29,18 @@ from typing import Any
 from benchmarks.pair import near_tie, profile_step, serve_bench
 
 
-def replay(pair: Path, context: int, at: int, device: str, path_dtype: str = "float32") -> dict[str, Any]:
-    """Greedy decode of at + 1 tokens from the context's prompt in `path_dtype`, its top-2 and gap at every
-    step; at token `at` also the float32 target's top-2 and gap on that path (one full forward)."""
+def replay(
+    pair: Path,
+    context: int,
+    at: int,
+    device: str,
+    path_dtype: str = "float32",
+    force: dict[int, int] | None = None,
+) -> dict[str, Any]:
+    """Greedy decode of at + 1 tokens from the context's prompt in `path_dtype` (`force`: index -> token
+    taken there instead), its top-2 and gap at every step; at token `at` also the float32 target's top-2
+    and gap on that path (one full forward)."""
+    force = force or {}
     import copy
 
     import torch
@@ -52,7 +63,7 @@ def replay(pair: Path, context: int, at: int, device: str, path_dtype: str = "fl
             steps.append(
                 {"top": [int(t) for t in top.indices], "gap": round(float(top.values[0] - top.values[1]), 4)}
             )
-            tokens.append(steps[-1]["top"][0])
+            tokens.append(force.get(len(tokens), steps[-1]["top"][0]))
             if len(tokens) <= at:
                 logits, _ = decoder(torch.tensor([[tokens[-1]]], device=device), cache=cache)
     decode_s = time.monotonic() - start
@@ -60,7 +71,8 @@ def replay(pair: Path, context: int, at: int, device: str, path_dtype: str = "fl
     before = min(range(at), key=lambda i: steps[i]["gap"]) if at else None
     return {
         "context": context, "prompt_tokens": len(prompt), "prompt_sha256": near_tie.ids_digest(prompt),
-        "at": at, "path_dtype": path_dtype, "tokens": tokens,
+        "at": at, "path_dtype": path_dtype, "forced": {str(i): t for i, t in sorted(force.items())},
+        "tokens": tokens,
         "incremental": {**steps[at], "near_tie": steps[at]["gap"] <= near_tie.NEAR_TIE},
         "full_forward": full,
         "smallest_gap_before": None if before is None else {"at": before, **steps[before]},
@@ -76,11 +88,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--expect", help="the two servers' tokens there, x,y")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--path-dtype", choices=("float32", "bfloat16"), default="float32")
+    ap.add_argument("--force", action="append", default=[], help="I:T, token T at index I of the path")
     args = ap.parse_args(argv)
-    if args.context < 1 or args.at < 0:
-        print("replay_gap: --context at least 1, --at at least 0", file=sys.stderr)
+    try:
+        force = {int(i): int(t) for i, t in (f.split(":") for f in args.force)}
+    except ValueError:
+        force = {-1: -1}
+    if args.context < 1 or args.at < 0 or not all(0 <= i < args.at for i in force):
+        print(
+            "replay_gap: --context at least 1, --at at least 0, --force I:T with 0 <= I < --at",
+            file=sys.stderr,
+        )
         return 2
-    result = replay(args.pair, args.context, args.at, args.device, args.path_dtype)
+    result = replay(args.pair, args.context, args.at, args.device, args.path_dtype, force)
     if args.expect:
         x, y = (int(t) for t in args.expect.split(","))
         top = result["full_forward"]["top"]
