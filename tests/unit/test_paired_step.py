@@ -275,6 +275,22 @@ def test_summarize_and_replay_gap_read_the_same_gap_as_paired_step_on_the_toy_pa
     assert replayed["full_forward"]["top"] == top.indices.tolist() == replayed["incremental"]["top"]
     assert replayed["full_forward"]["gap"] == pytest.approx(float(top.values[0] - top.values[1]), abs=1e-3)
     assert replayed["incremental"]["gap"] == pytest.approx(replayed["full_forward"]["gap"], abs=1e-3)
+    # --force: the runner-up at token 1, and the path goes on from it
+    runner_up = int(logits_at(target, prompt + replayed["tokens"][:1]).topk(2).indices[1])
+    forced = replay_gap.replay(pair, context, 4, "cpu", force={1: runner_up})
+    assert forced["tokens"][:2] == [replayed["tokens"][0], runner_up] and forced["forced"] == {"1": runner_up}
+    follow = greedy_generate(target, torch.tensor([prompt + forced["tokens"][:2]]), 3)[0].tolist()
+    assert forced["tokens"][2:] == follow
+    assert replay_gap.main(["--pair", str(pair), "--context", "8", "--at", "2", "--force", "2:5"]) == 2
+
+
+def logits_at(target, ids: list[int]):
+    """The target's next-token logits after ids (float32, CPU)."""
+    import torch
+
+    with torch.no_grad():
+        logits, _ = target(torch.tensor([ids]))
+    return logits[0, -1]
 
 
 @pytest.mark.parametrize(
