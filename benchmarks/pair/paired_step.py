@@ -16,6 +16,12 @@ Here the two servers run at the same time on the same GPU and take turns:
     each; no profiler): a drift linear over a round cancels in its ratio B/A = (B1 + B2) / (A1 + A2).
 Reported per context: each mode's median step ms, decode tok/s and tokens per step over its 2R measurements,
 the per-round ratio B/A of step ms and of tok/s (median, min, max), and where the greedy outputs first differ.
+Kept with them: how the prompt was built and its sha256, and both servers' greedy outputs, so a difference
+can be replayed later. After the run (both servers stopped) the rig's target in float32, on this machine's
+GPU (the CPU without one), reads its top-1 minus top-2 logit at every first difference, on the prompt and
+the outputs' common prefix (near_tie.logit_gap, as summarize does): at most near_tie.NEAR_TIE is a bf16
+near-tie that a decode step and a verify pass round differently, above it a bug. A rig that cannot load (or
+a gap that cannot be computed) is said in the table; the job does not fail for it.
 Writes OUT/paired.json and OUT/paired.md (after every context); both servers are stopped at the end, also on
 an error, Ctrl-C or SIGTERM. Exit 0, 1 when a context failed, 2 on bad input, 130 when interrupted.
 """
@@ -25,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import hashlib
 import json
 import re
 import signal
@@ -37,7 +44,7 @@ from ddtree.fsutil import atomic_write
 from ddtree.smoke import check as smoke
 from ddtree.smoke import server as smoke_server
 
-from benchmarks.pair import profile_step, serve_bench
+from benchmarks.pair import near_tie, profile_step, serve_bench
 
 GRAPH_BS = ("1", "2", "4")  # only bs 1 is measured: few graphs, both servers ready sooner
 MEM_FRACTION = "0.2"  # two servers on one GPU
@@ -94,14 +101,57 @@ def start_server(mode: str, pair: Path, log: Path, port: int) -> smoke_server.Se
 
 
 def first_difference(a: list[int], b: list[int]) -> dict[str, Any] | None:
-    """Where two greedy outputs first differ (a token, or one ending first); None when equal."""
-    for index, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return {"at": index, "a": x, "b": y}
-    if len(a) != len(b):
-        return {"at": min(len(a), len(b)), "a": a[len(b)] if len(a) > len(b) else None,
-                "b": b[len(a)] if len(b) > len(a) else None}  # fmt: skip
-    return None
+    """Where two greedy outputs first differ (a token, or None for the one that ended first); None when
+    equal."""
+    at = near_tie.first_difference_at(a, b)
+    if at is None:
+        return None
+    return {"at": at, "a": a[at] if at < len(a) else None, "b": b[at] if at < len(b) else None}
+
+
+def prompt_record(pair: Path, context: int, prompt: list[int]) -> dict[str, Any]:
+    """How the context's prompt was built, with digests to check a rebuild against (replay_gap prints the
+    same sha256)."""
+    evals = (pair / "eval_prompts.json").read_bytes()
+    return {
+        "built": f"profile_step.prompt_of(eval_prompts.json prompts, {context}): cycled, cut to length",
+        "tokens": len(prompt), "sha256": near_tie.ids_digest(prompt),
+        "eval_prompts_sha256": hashlib.sha256(evals).hexdigest(),
+    }  # fmt: skip
+
+
+def rig_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def judge_differences(result: dict[str, Any], pair: Path, prompts: dict[int, list[int]]) -> None:
+    """Each first difference gets the float32 rig target's gap on prompt + common prefix (in place).
+
+    Failures are recorded, never raised: the timings are the job's result and stand without the gaps.
+    """
+    todo = [c for c in result["contexts"] if c.get("greedy_first_difference")]
+    if not todo:
+        return
+    try:
+        device = rig_device()
+        target = near_tie.load_target(pair, device)
+    except Exception as exc:  # no weights, a config the rig does not know, no memory: said, not raised
+        result["rig"] = {"error": f"the rig could not load: {type(exc).__name__}: {exc}"}
+        for ctx in todo:
+            ctx["greedy_first_difference"]["gap_error"] = result["rig"]["error"]
+        return
+    result["rig"] = {"device": device, "dtype": "float32", "near_tie_at_most": near_tie.NEAR_TIE}
+    for ctx in todo:
+        diff = ctx["greedy_first_difference"]
+        common = ctx["greedy_outputs"][result["modes"]["A"]][: diff["at"]]
+        try:
+            gap = near_tie.logit_gap(target, prompts[ctx["context"]] + common, device)
+        except Exception as exc:  # e.g. out of memory at a long context: this one is unjudged
+            diff["gap_error"] = f"{type(exc).__name__}: {exc}"
+            continue
+        diff.update({"gap": gap["gap"], "rig_top": gap["top"], "near_tie": gap["near_tie"]})
 
 
 def _spread(values: list[float], digits: int = 3) -> dict[str, float]:
@@ -147,6 +197,7 @@ def measure_context(
         },
         "greedy_first_difference": first_difference(*outputs.values()),
         "greedy_tokens": len(outputs[modes[0]]),
+        "greedy_outputs": outputs,
         "measurements": measurements,
     }
 
@@ -161,7 +212,8 @@ def run_paired(
         "new_tokens": new_tokens, "step_env": {m: serve_bench.step_environment_of(m) for m in modes},
         "servers": {}, "contexts": [],
     }  # fmt: skip
-    prompts, _ = serve_bench.eval_prompts(pair)
+    evals, _ = serve_bench.eval_prompts(pair)
+    prompts = {context: profile_step.prompt_of(evals, context) for context in contexts}
     params = {"max_new_tokens": new_tokens, "temperature": 0.0, "ignore_eos": True}
     with contextlib.ExitStack() as stack:  # every server started is stopped, even when another stop fails
         port = smoke_server.free_port()
@@ -175,16 +227,17 @@ def run_paired(
             print(f"paired_step: {letter} = {mode} ready after {ready_s:.0f} s on port {port}", flush=True)
             port = smoke_server.free_port(avoid={port})
         clients = {mode: server.client for mode, server in servers.items()}
-        for context in contexts:
-            prompt = profile_step.prompt_of(prompts, context)
+        for context, prompt in prompts.items():
+            record = {"context": context, "prompt": prompt_record(pair, context, prompt)}
             try:
-                result["contexts"].append(
-                    {"context": context, **measure_context(modes, clients, prompt, params, rounds)}
-                )
+                record.update(measure_context(modes, clients, prompt, params, rounds))
             except Exception as exc:  # this context's failure is recorded; the next context still runs
-                result["contexts"].append({"context": context, "error": f"{type(exc).__name__}: {exc}"})
+                record["error"] = f"{type(exc).__name__}: {exc}"
+            result["contexts"].append(record)
             write(out, result)
             print(f"paired_step: context {context} done", flush=True)
+    judge_differences(result, pair, prompts)  # the servers are stopped: their GPU memory is free
+    write(out, result)
     return result
 
 
@@ -206,11 +259,24 @@ def table(result: dict[str, Any]) -> str:
                 f"| {name} | {mine[a][key]} | {mine[b][key]} | {r['median']} ({r['min']}-{r['max']}) |"
             )
         lines.append(f"| tokens per step | {mine[a]['tokens_per_step']} | {mine[b]['tokens_per_step']} | |")
-        diff = ctx["greedy_first_difference"]
-        same = f"identical ({ctx['greedy_tokens']} tokens)"
-        where = same if diff is None else f"first differ at token {diff['at']} (A {diff['a']}, B {diff['b']})"
-        lines += [f"| greedy outputs | {where} | | |", ""]
+        lines += [f"| greedy outputs | {greedy_cell(ctx)} | | |", ""]
     return "\n".join(lines)
+
+
+def greedy_cell(ctx: dict[str, Any]) -> str:
+    """Identical, or where the outputs first differ and the rig's verdict on it (or why there is none)."""
+    diff = ctx["greedy_first_difference"]
+    if diff is None:
+        return f"identical ({ctx['greedy_tokens']} tokens)"
+    where = f"first differ at token {diff['at']} (A {diff['a']}, B {diff['b']})"
+    if "gap" in diff:
+        verdict = (f"near-tie (<= {near_tie.NEAR_TIE}, bf16 noise)" if diff["near_tie"]
+                   else f"NOT a near-tie (> {near_tie.NEAR_TIE}): a bug")  # fmt: skip
+        top = ", ".join(str(t) for t in diff["rig_top"])
+        return f"{where}; rig float32 top-1 minus top-2 {diff['gap']} (top {top}): {verdict}"
+    if "gap_error" in diff:
+        return f"{where}; gap not computed: {diff['gap_error']}"
+    return f"{where}; gap not yet computed (after the run)"
 
 
 def write(out: Path, result: dict[str, Any]) -> None:

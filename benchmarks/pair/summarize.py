@@ -20,12 +20,11 @@ from ddtree.bench.compare import load_json, run_from
 from ddtree.bench.report import accept_value, cell_median
 from ddtree.bench.stats import describe
 from ddtree.fsutil import atomic_write
-from ddtree.smoke import check as smoke
 
+from benchmarks.pair.near_tie import NEAR_TIE, first_difference_at, load_pair, load_target, logit_gap
 from benchmarks.pair.serve_bench import BLOCK, MODES, TOPK
 
 OFFLINE_TOLERANCE = 0.03  # the goal: served acceptance within 3% of the rig's
-NEAR_TIE = smoke.NEAR_TIE_GAP  # the stress mode's rule for a first difference from plain decoding
 
 
 def greedy_table(runs: Path, modes: list[str]) -> dict[str, Any]:
@@ -55,26 +54,6 @@ def greedy_table(runs: Path, modes: list[str]) -> dict[str, Any]:
     return table
 
 
-def load_pair(pair: Path, device: str):
-    """(target, drafter) of a trained pair's folder, in eval mode on `device`."""
-    from benchmarks.pair.modeling import Drafter, DrafterConfig, Target, TargetConfig, load_weights
-
-    cfg_t = json.loads((pair / "target" / "config.json").read_text())
-    cfg_d = json.loads((pair / "drafter" / "config.json").read_text())
-    target_cfg = TargetConfig(**{k: cfg_t[k] for k in TargetConfig.__dataclass_fields__})
-    dflash = cfg_d["dflash_config"]
-    drafter_cfg = DrafterConfig(
-        num_hidden_layers=cfg_d["num_hidden_layers"],
-        block_size=dflash["block_size"],
-        target_layer_ids=tuple(dflash["target_layer_ids"]),
-        mask_token_id=dflash["mask_token_id"],
-    )
-    target, drafter = Target(target_cfg), Drafter(target_cfg, drafter_cfg)
-    load_weights(target, pair / "target", prefix="model.")
-    load_weights(drafter, pair / "drafter", prefix="")
-    return target.to(device).eval(), drafter.to(device).eval()
-
-
 def offline_on_served(runs: Path, pair: Path, device: str) -> dict[str, dict[str, float]]:
     """The rig's acceptance on (eval prompt, the no-speculation server's greedy output) pairs."""
     import torch
@@ -96,11 +75,10 @@ def divergence_gaps(runs: Path, pair: Path, device: str, modes: list[str]) -> di
     """Per mode: the target's top-1 minus top-2 logit at each first difference from no speculation.
 
     A small gap means the two servers' bf16 arithmetic (a decode step vs a verify pass over a block or a
-    tree) broke a near-tie; a large one would be a bug. Computed in float32 by the rig's copy of the target.
+    tree) broke a near-tie; a large one would be a bug. Computed in float32 by the rig's copy of the target
+    (near_tie.logit_gap, as paired_step does).
     """
-    import torch
-
-    target, _ = load_pair(pair, device)
+    target = load_target(pair, device)
     prompts = json.loads((pair / "eval_prompts.json").read_text())["prompts"]
     base = json.loads((runs / "none" / "greedy.json").read_text())["outputs"]
     gaps: dict[str, list[float]] = {}
@@ -110,14 +88,9 @@ def divergence_gaps(runs: Path, pair: Path, device: str, modes: list[str]) -> di
         outputs = json.loads((runs / mode / "greedy.json").read_text())["outputs"]
         gaps[mode] = []
         for prompt, a, b in zip(prompts, base, outputs, strict=True):
-            first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
-            if first is None:
-                continue
-            ids = torch.tensor([prompt + a[:first]], device=device)
-            with torch.no_grad():
-                logits, _ = target(ids)
-            top = logits[0, -1].float().topk(2).values
-            gaps[mode].append(round(float(top[0] - top[1]), 4))
+            first = first_difference_at(a, b)
+            if first is not None:
+                gaps[mode].append(logit_gap(target, prompt + a[:first], device)["gap"])
     return gaps
 
 

@@ -16,13 +16,14 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from ddtree.smoke import server as smoke_server
 from ddtree.smoke.models import SmokeSettings
 
-from benchmarks.pair import paired_step, profile_step, serve_bench
+from benchmarks.pair import near_tie, paired_step, profile_step, serve_bench
 from tests.unit.test_ddtree_sglang import sglang_cpu_path  # noqa: F401  (fixture)
 
 A, B = "ddtree-16@eager", "ddtree-16"
@@ -45,6 +46,8 @@ class Script:
         self.fail_on_full_request: int | None = None
         self.failure: type[BaseException] = RuntimeError
         self.fail_ready: str | None = None
+        # (mode, prompt, new tokens) -> the greedy output to answer; None: the scripted range with B's token 5
+        self.greedy: Callable[[str, list[int], int], list[int]] | None = None
 
 
 class DoubleClient:
@@ -67,9 +70,12 @@ class DoubleClient:
         if self.mode == B and round_index == HICCUP_ROUND and count > 2:
             factor *= 1.2
         Clock.now += 0.002 + steps * STEP_MS[self.mode] * factor / 1000
-        output = list(range(new))
-        if self.mode == B:
-            output[5] = 999  # B's greedy output differs from A's at token 5
+        if self.script.greedy is not None:
+            output = self.script.greedy(self.mode, body["input_ids"], new)
+        else:
+            output = list(range(new))
+            if self.mode == B:
+                output[5] = 999  # B's greedy output differs from A's at token 5
         return {"output_ids": output, "meta_info": {"completion_tokens": new, "spec_verify_ct": steps}}
 
 
@@ -142,12 +148,149 @@ def test_abba_rounds_give_each_modes_median_and_the_per_round_ratio_that_drift_c
     assert ratio["rounds"][:2] == pytest.approx([0.9, 0.9], abs=2e-4)  # the drift cancels within a round
     assert (ratio["median"], ratio["min"], ratio["max"]) == pytest.approx((0.9, 0.9, 1.08), abs=1e-3)
     assert first["ratio_b_over_a"]["tok_s"]["rounds"][0] == pytest.approx(1 / 0.9, rel=0.01)
-    assert first["greedy_first_difference"] == {"at": 5, "a": 5, "b": 999}
+    diff = first["greedy_first_difference"]
+    assert {k: diff[k] for k in ("at", "a", "b")} == {"at": 5, "a": 5, "b": 999}
     assert len(first["measurements"]) == 16
     markdown = (tmp_path / "out" / "paired.md").read_text()
     assert f"| step without profiler (ms), median | {first['per_mode'][A]['step_ms']} |" in markdown
     assert "| 0.9 (0.9-1.08) |" in markdown
     assert "first differ at token 5 (A 5, B 999)" in markdown
+    # both outputs and the prompt's identity are kept; this pair folder has no weights: said, exit still 0
+    assert first["greedy_outputs"][A][5] == 5 and first["greedy_outputs"][B][5] == 999
+    assert first["prompt"]["sha256"] == near_tie.ids_digest(profile_step.prompt_of([[5, 6, 7]], 256))
+    assert first["prompt"]["tokens"] == 256
+    assert "the rig could not load: FileNotFoundError" in diff["gap_error"] and "gap" not in diff
+    assert "first differ at token 5 (A 5, B 999); gap not computed: the rig could not load" in markdown
+
+
+def train_toy_pair(tmp_path: Path) -> Path:
+    """The toy pair, trained on the CPU as tests/unit/test_pair_rig.py trains it (seconds)."""
+    from benchmarks.pair import train
+    from tests.unit.test_pair_rig import _fake_stdlib
+
+    root = _fake_stdlib(tmp_path / "stdlib")
+    for i in range(40):  # more text, so the toy tokenizer and windows have something to read
+        (root / f"more{i:02d}.py").write_text("def f(x):\n    return [x * i for i in range(10)]\n" * 20)
+    argv = ["--out", str(tmp_path / "toy"), "--preset", "toy", "--stdlib", str(root), "--device", "cpu"]
+    assert train.main(argv) == 0
+    return tmp_path / "toy"
+
+
+def test_each_first_difference_gets_the_float32_rigs_gap_at_its_position_and_a_wide_gap_is_flagged(
+    tmp_path: Path, script: Script, monkeypatch
+) -> None:
+    """The real toy pair's target (float32, CPU) judges the differences; the servers are the doubles: A
+    answers with that target's own greedy output, B with it changed at one token (the widest gap at context
+    40, the narrowest at context 48). Every gap is recomputed here from one forward over the whole output,
+    and its neighbours' differ, so an off-by-one position or a gap read after the difference fails."""
+    import torch
+
+    from benchmarks.pair.modeling import greedy_generate
+
+    pair = train_toy_pair(tmp_path)
+    target = near_tie.load_target(pair, "cpu")
+    evals, _ = serve_bench.eval_prompts(pair)
+    new = 12
+    greedy, gaps, tops = {}, {}, {}
+    for context in (40, 48):
+        prompt = profile_step.prompt_of(evals, context)
+        greedy[context] = greedy_generate(target, torch.tensor([prompt]), new)[0].tolist()
+        with torch.no_grad():
+            logits, _ = target(torch.tensor([prompt + greedy[context]]))
+        top = logits[0, len(prompt) - 1 : len(prompt) - 1 + new].topk(2)  # row i: the choice of token i
+        gaps[context] = (top.values[:, 0] - top.values[:, 1]).tolist()
+        tops[context] = top.indices.tolist()
+    inner = range(1, new - 1)  # a neighbour on each side
+    wide = max(inner, key=lambda i: gaps[40][i])
+    narrow = min(inner, key=lambda i: gaps[48][i])
+    for context, at in ((40, wide), (48, narrow)):
+        assert all(abs(gaps[context][at] - gaps[context][j]) > 0.01 for j in (at - 1, at + 1)), gaps
+        assert tops[context][at][0] == greedy[context][at]
+    assert gaps[40][wide] > near_tie.NEAR_TIE, "the toy target's widest gap is no near-tie by the real rule"
+    # the trained toy has no real near-tie (its narrowest gap is about 0.45): the rule is moved between them
+    monkeypatch.setattr(near_tie, "NEAR_TIE", (gaps[48][narrow] + gaps[40][wide]) / 2)
+    changed = {40: wide, 48: narrow}
+
+    def answer(mode: str, prompt: list[int], count: int) -> list[int]:
+        output = list(greedy[len(prompt)][:count])
+        if mode == B:
+            context = len(prompt)
+            output[changed[context]] = tops[context][changed[context]][1]  # B took the runner-up
+        return output
+
+    script.greedy = answer
+    args = ["--pair", str(pair), "--out", str(tmp_path / "out"), "--paired", f"{A},{B}", "--rounds", "1",
+            "--contexts", "40,48", "--new-tokens", str(new)]  # fmt: skip
+    assert paired_step.main(args) == 0
+    result = json.loads((tmp_path / "out" / "paired.json").read_text())
+    assert result["rig"]["device"] == "cpu" and result["rig"]["dtype"] == "float32"
+    markdown = (tmp_path / "out" / "paired.md").read_text()
+    for ctx, near in zip(result["contexts"], (False, True), strict=True):
+        context, diff = ctx["context"], ctx["greedy_first_difference"]
+        at = changed[context]
+        assert diff["at"] == at and diff["a"] == greedy[context][at] and diff["b"] == tops[context][at][1]
+        assert diff["gap"] == pytest.approx(gaps[context][at], abs=1e-3)
+        assert diff["rig_top"] == tops[context][at] and diff["near_tie"] is near
+        assert ctx["greedy_outputs"] == {A: greedy[context], B: answer(B, [0] * context, new)}
+        assert ctx["prompt"]["sha256"] == near_tie.ids_digest(profile_step.prompt_of(evals, context))
+    (wide_row,) = [ln for ln in markdown.splitlines() if f"first differ at token {wide} " in ln]
+    assert (
+        f"rig float32 top-1 minus top-2 {result['contexts'][0]['greedy_first_difference']['gap']}" in wide_row
+    )
+    assert "NOT a near-tie" in wide_row and "a bug" in wide_row
+    assert markdown.count("NOT a near-tie") == 1 and markdown.count("): near-tie (<=") == 1
+
+
+def test_summarize_and_replay_gap_read_the_same_gap_as_paired_step_on_the_toy_pair(tmp_path: Path) -> None:
+    """summarize.divergence_gaps (serve runs) and replay_gap (a prompt rebuilt from a paired_step context)
+    go through near_tie.logit_gap too: on the toy pair each gap equals the one recomputed here."""
+    import torch
+
+    from benchmarks.pair import replay_gap, summarize
+    from benchmarks.pair.modeling import greedy_generate
+
+    pair = train_toy_pair(tmp_path)
+    target = near_tie.load_target(pair, "cpu")
+    evals, _ = serve_bench.eval_prompts(pair)
+    base = [greedy_generate(target, torch.tensor([p]), 8)[0].tolist() for p in evals]
+    with torch.no_grad():
+        logits, _ = target(torch.tensor([evals[1] + base[1]]))
+    top = logits[0, len(evals[1]) + 3 - 1].topk(2)
+    other = [list(base[0]), [*base[1][:3], int(top.indices[1]), *base[1][4:]]]  # prompt 2 differs at 3
+    runs = tmp_path / "runs"
+    for mode, outputs in (("none", base), ("ddtree-16", other)):
+        (runs / mode).mkdir(parents=True)
+        (runs / mode / "greedy.json").write_text(json.dumps({"outputs": outputs}))
+    gaps = summarize.divergence_gaps(runs, pair, "cpu", ["none", "ddtree-16"])
+    assert gaps == {"ddtree-16": [pytest.approx(float(top.values[0] - top.values[1]), abs=1e-3)]}
+
+    context = len(evals[0]) + 5  # prompt 1 whole, then prompt 2's first 5 tokens
+    replayed = replay_gap.replay(pair, context, 4, "cpu")
+    prompt = profile_step.prompt_of(evals, context)
+    assert replayed["prompt_sha256"] == near_tie.ids_digest(prompt)
+    assert replayed["tokens"] == greedy_generate(target, torch.tensor([prompt]), 5)[0].tolist()
+    with torch.no_grad():
+        logits, _ = target(torch.tensor([prompt + replayed["tokens"][:4]]))
+    top = logits[0, -1].topk(2)
+    assert replayed["full_forward"]["top"] == top.indices.tolist() == replayed["incremental"]["top"]
+    assert replayed["full_forward"]["gap"] == pytest.approx(float(top.values[0] - top.values[1]), abs=1e-3)
+    assert replayed["incremental"]["gap"] == pytest.approx(replayed["full_forward"]["gap"], abs=1e-3)
+    # --force: the runner-up at token 1, and the path goes on from it
+    runner_up = int(logits_at(target, prompt + replayed["tokens"][:1]).topk(2).indices[1])
+    forced = replay_gap.replay(pair, context, 4, "cpu", force={1: runner_up})
+    assert forced["tokens"][:2] == [replayed["tokens"][0], runner_up] and forced["forced"] == {"1": runner_up}
+    follow = greedy_generate(target, torch.tensor([prompt + forced["tokens"][:2]]), 3)[0].tolist()
+    assert forced["tokens"][2:] == follow
+    assert replay_gap.main(["--pair", str(pair), "--context", "8", "--at", "2", "--force", "2:5"]) == 2
+
+
+def logits_at(target, ids: list[int]):
+    """The target's next-token logits after ids (float32, CPU)."""
+    import torch
+
+    with torch.no_grad():
+        logits, _ = target(torch.tensor([ids]))
+    return logits[0, -1]
 
 
 @pytest.mark.parametrize(
@@ -166,7 +309,8 @@ def test_both_servers_are_stopped_when_something_fails(
     assert len(script.servers) == 2 and all(s.stopped for s in script.servers)
     if failure is RuntimeError and when != "ready":  # the context's failure is recorded
         result = json.loads((tmp_path / "out" / "paired.json").read_text())
-        assert result["contexts"] == [{"context": 256, "error": "RuntimeError: the server went away"}]
+        (ctx,) = result["contexts"]
+        assert ctx["context"] == 256 and ctx["error"] == "RuntimeError: the server went away"
 
 
 @pytest.mark.parametrize(
