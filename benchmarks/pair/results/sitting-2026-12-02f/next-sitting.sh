@@ -21,6 +21,8 @@
 #   - issue 28: options acceptance on the long pair;
 #   - issue 25: paired none vs DDTREE-16 under overlap at 256 and 1024 (the v2 step to beat: 3.300 ms), and
 #     the tiny models' stacks v1 vs v2 for DDTREE-8 and DFLASH;
+#   - issue 26: paired none vs DDTREE-16 at 8192 once more, for the gap at its first difference; the verify
+#     bench, so the kernel table and the served figures come from one sitting;
 #   - issue 27: the core bench.
 cd /tmp/proj || exit 1
 END=${END:-1400}
@@ -28,10 +30,10 @@ export JOB_TIMEOUT=600
 Q=tests/gpu/device_queue.sh
 left() { echo $((END - SECONDS - ${1:-0})); }
 mkdir -p /tmp/out /tmp/runs
-( QUEUE_LANE=a OUT=/tmp/out/lanea RUNS=/tmp/runs/a DEADLINE=$(left 900) bash $Q stress-overlap-mla stress-overlap
+( QUEUE_LANE=a OUT=/tmp/out/lanea RUNS=/tmp/runs/a DEADLINE=$(left 1000) bash $Q stress-overlap-mla stress-overlap
   echo 0 > /tmp/out/lanea.done ) &
 sleep 20
-( OVERLAP_ALGORITHM=DFLASH QUEUE_LANE=b OUT=/tmp/out/laneb RUNS=/tmp/runs/b DEADLINE=$(left 900) \
+( OVERLAP_ALGORITHM=DFLASH QUEUE_LANE=b OUT=/tmp/out/laneb RUNS=/tmp/runs/b DEADLINE=$(left 1000) \
     bash $Q stress-overlap-mla stress-overlap
   echo 0 > /tmp/out/laneb.done ) &
 sleep 20
@@ -46,9 +48,13 @@ echo "timing starts at $SECONDS s" > /tmp/out/timing-start.txt
 OUT=/tmp/out/t1 RUNS=/tmp/runs/t1 PAIR=/tmp/pair-long DEADLINE=$(left 400) bash $Q options
 OUT=/tmp/out/t2 RUNS=/tmp/runs/t2 PAIR=/tmp/pair-long DEADLINE=$(left 200) \
   PAIRED_MODES=none,ddtree-16@overlap PAIRED_CONTEXTS=256,1024 PAIRED_ROUNDS=3 bash $Q paired
+# issue 26: the 8192 first difference judged (paired_step now keeps the outputs and measures the gap itself)
+OUT=/tmp/out/t2b RUNS=/tmp/runs/t2b PAIR=/tmp/pair-long DEADLINE=$(left 250) \
+  PAIRED_MODES=none,ddtree-16 PAIRED_CONTEXTS=8192 PAIRED_ROUNDS=1 bash $Q paired
+OUT=/tmp/out/t3 RUNS=/tmp/runs/t3 PAIR=/tmp/pair-long DEADLINE=$(left 150) bash $Q core-bench
 (($(left 150) > 0)) && PYTHONPATH=$PWD/entrypoint:$PWD:/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
   PYTHONUNBUFFERED=1 timeout "$(left 20)" python3 -m benchmarks.pair.profile_step --smoke-arch gqa \
   --out /tmp/runs/stacks-gqa --contexts 256 --modes ddtree-8,ddtree-8@overlap,dflash,dflash@overlap --stacks \
   --steps 8 > /tmp/out/stacks-gqa.log 2>&1
-OUT=/tmp/out/t3 RUNS=/tmp/runs/t3 PAIR=/tmp/pair-long DEADLINE=$(left 90) bash $Q core-bench
+OUT=/tmp/out/t4 RUNS=/tmp/runs/t4 PAIR=/tmp/pair-long DEADLINE=$(left 90) bash $Q verify-bench
 echo "sitting done at $SECONDS s" > /tmp/out/sitting.done
