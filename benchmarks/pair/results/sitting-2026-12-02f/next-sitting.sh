@@ -26,35 +26,23 @@
 #   - issue 27: the core bench.
 cd /tmp/proj || exit 1
 END=${END:-1400}
-export JOB_TIMEOUT=600
-Q=tests/gpu/device_queue.sh
-left() { echo $((END - SECONDS - ${1:-0})); }
-mkdir -p /tmp/out /tmp/runs
-( QUEUE_LANE=a OUT=/tmp/out/lanea RUNS=/tmp/runs/a DEADLINE=$(left 1000) bash $Q stress-overlap-mla stress-overlap
-  echo 0 > /tmp/out/lanea.done ) &
+source tests/gpu/sitting_lib.sh
+PAIR=/tmp/pair-long
+export PAIR
+lane a 1000 stress-overlap-mla stress-overlap
 sleep 20
-( OVERLAP_ALGORITHM=DFLASH QUEUE_LANE=b OUT=/tmp/out/laneb RUNS=/tmp/runs/b DEADLINE=$(left 1000) \
-    bash $Q stress-overlap-mla stress-overlap
-  echo 0 > /tmp/out/laneb.done ) &
+OVERLAP_ALGORITHM=DFLASH lane b 1000 stress-overlap-mla stress-overlap
 sleep 20
-( QUEUE_LANE=c OUT=/tmp/out/lanec RUNS=/tmp/runs/c DEADLINE=$(left 800) bash $Q core-tests options-stress-overlap
-  echo 0 > /tmp/out/lanec.done ) &
-for i in $(seq 900); do
-  [[ -f /tmp/out/lanea.done && -f /tmp/out/laneb.done && -f /tmp/out/lanec.done ]] && break
-  (($(left 700) < 0)) && break
-  sleep 3
-done
-echo "timing starts at $SECONDS s" > /tmp/out/timing-start.txt
-OUT=/tmp/out/t1 RUNS=/tmp/runs/t1 PAIR=/tmp/pair-long DEADLINE=$(left 400) bash $Q options
-OUT=/tmp/out/t2 RUNS=/tmp/runs/t2 PAIR=/tmp/pair-long DEADLINE=$(left 200) \
-  PAIRED_MODES=none,ddtree-16@overlap PAIRED_CONTEXTS=256,1024 PAIRED_ROUNDS=3 bash $Q paired
+lane c 800 core-tests options-stress-overlap
+wait_lanes 700 a b c
+timing t1 400 options
+PAIRED_MODES=none,ddtree-16@overlap PAIRED_CONTEXTS=256,1024 PAIRED_ROUNDS=3 timing t2 200 paired
 # issue 26: the 8192 first difference judged (paired_step now keeps the outputs and measures the gap itself)
-OUT=/tmp/out/t2b RUNS=/tmp/runs/t2b PAIR=/tmp/pair-long DEADLINE=$(left 250) \
-  PAIRED_MODES=none,ddtree-16 PAIRED_CONTEXTS=8192 PAIRED_ROUNDS=1 bash $Q paired
-OUT=/tmp/out/t3 RUNS=/tmp/runs/t3 PAIR=/tmp/pair-long DEADLINE=$(left 150) bash $Q core-bench
+PAIRED_MODES=none,ddtree-16 PAIRED_CONTEXTS=8192 PAIRED_ROUNDS=1 timing t2b 250 paired
+timing t3 150 core-bench
 (($(left 150) > 0)) && PYTHONPATH=$PWD/entrypoint:$PWD:/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
   PYTHONUNBUFFERED=1 timeout "$(left 20)" python3 -m benchmarks.pair.profile_step --smoke-arch gqa \
   --out /tmp/runs/stacks-gqa --contexts 256 --modes ddtree-8,ddtree-8@overlap,dflash,dflash@overlap --stacks \
   --steps 8 > /tmp/out/stacks-gqa.log 2>&1
-OUT=/tmp/out/t4 RUNS=/tmp/runs/t4 PAIR=/tmp/pair-long DEADLINE=$(left 90) bash $Q verify-bench
+timing t4 90 verify-bench
 echo "sitting done at $SECONDS s" > /tmp/out/sitting.done
