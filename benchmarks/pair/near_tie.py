@@ -54,16 +54,21 @@ def first_difference_at(a: list[int], b: list[int]) -> int | None:
     return index
 
 
+def top_two(row) -> dict[str, Any]:
+    """One position's logits: its top-2 tokens, the top-1 minus top-2 logit `gap` (float32) and whether
+    that is a near-tie."""
+    top = row.float().topk(2)
+    gap = round(float(top.values[0] - top.values[1]), 4)
+    return {"gap": gap, "top": [int(t) for t in top.indices], "near_tie": gap <= NEAR_TIE}
+
+
 def logit_gap(target, ids: list[int], device: str) -> dict[str, Any]:
-    """The target's next-token choice after `ids` (one forward over all of them): its top-2 tokens, the
-    top-1 minus top-2 logit `gap` (float32) and whether that is a near-tie."""
+    """The target's next-token choice after `ids` (one forward over all of them), as top_two reads it."""
     import torch
 
     with torch.no_grad():
         logits, _ = target(torch.tensor([ids], device=device))
-    top = logits[0, -1].float().topk(2)
-    gap = round(float(top.values[0] - top.values[1]), 4)
-    return {"gap": gap, "top": [int(t) for t in top.indices], "near_tie": gap <= NEAR_TIE}
+    return top_two(logits[0, -1])
 
 
 def ids_digest(ids: list[int]) -> str:

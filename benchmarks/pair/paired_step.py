@@ -109,14 +109,12 @@ def first_difference(a: list[int], b: list[int]) -> dict[str, Any] | None:
     return {"at": at, "a": a[at] if at < len(a) else None, "b": b[at] if at < len(b) else None}
 
 
-def prompt_record(pair: Path, context: int, prompt: list[int]) -> dict[str, Any]:
+def prompt_record(evals_sha256: str, context: int, prompt: list[int]) -> dict[str, Any]:
     """How the context's prompt was built, with digests to check a rebuild against (replay_gap prints the
     same sha256)."""
-    evals = (pair / "eval_prompts.json").read_bytes()
     return {
         "built": f"profile_step.prompt_of(eval_prompts.json prompts, {context}): cycled, cut to length",
-        "tokens": len(prompt), "sha256": near_tie.ids_digest(prompt),
-        "eval_prompts_sha256": hashlib.sha256(evals).hexdigest(),
+        "tokens": len(prompt), "sha256": near_tie.ids_digest(prompt), "eval_prompts_sha256": evals_sha256,
     }  # fmt: skip
 
 
@@ -214,6 +212,7 @@ def run_paired(
     }  # fmt: skip
     evals, _ = serve_bench.eval_prompts(pair)
     prompts = {context: profile_step.prompt_of(evals, context) for context in contexts}
+    evals_sha256 = hashlib.sha256((pair / "eval_prompts.json").read_bytes()).hexdigest()
     params = {"max_new_tokens": new_tokens, "temperature": 0.0, "ignore_eos": True}
     with contextlib.ExitStack() as stack:  # every server started is stopped, even when another stop fails
         port = smoke_server.free_port()
@@ -228,7 +227,7 @@ def run_paired(
             port = smoke_server.free_port(avoid={port})
         clients = {mode: server.client for mode, server in servers.items()}
         for context, prompt in prompts.items():
-            record = {"context": context, "prompt": prompt_record(pair, context, prompt)}
+            record = {"context": context, "prompt": prompt_record(evals_sha256, context, prompt)}
             try:
                 record.update(measure_context(modes, clients, prompt, params, rounds))
             except Exception as exc:  # this context's failure is recorded; the next context still runs

@@ -59,10 +59,7 @@ def replay(
     with torch.no_grad():
         logits, _ = decoder(torch.tensor([prompt], device=device), cache=cache)
         for _ in range(at + 1):
-            top = logits[0, -1].float().topk(2)
-            steps.append(
-                {"top": [int(t) for t in top.indices], "gap": round(float(top.values[0] - top.values[1]), 4)}
-            )
+            steps.append(near_tie.top_two(logits[0, -1]))
             tokens.append(force.get(len(tokens), steps[-1]["top"][0]))
             if len(tokens) <= at:
                 logits, _ = decoder(torch.tensor([[tokens[-1]]], device=device), cache=cache)
@@ -73,7 +70,7 @@ def replay(
         "context": context, "prompt_tokens": len(prompt), "prompt_sha256": near_tie.ids_digest(prompt),
         "at": at, "path_dtype": path_dtype, "forced": {str(i): t for i, t in sorted(force.items())},
         "tokens": tokens,
-        "incremental": {**steps[at], "near_tie": steps[at]["gap"] <= near_tie.NEAR_TIE},
+        "incremental": steps[at],
         "full_forward": full,
         "smallest_gap_before": None if before is None else {"at": before, **steps[before]},
         "decode_s": round(decode_s, 1), "seconds": round(time.monotonic() - start, 1), "device": device,
@@ -93,7 +90,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         force = {int(i): int(t) for i, t in (f.split(":") for f in args.force)}
     except ValueError:
-        force = {-1: -1}
+        print(f"replay_gap: --force {args.force}: give I:T, two integers", file=sys.stderr)
+        return 2
+    try:
+        expect = sorted(int(t) for t in args.expect.split(",")) if args.expect else None
+    except ValueError:
+        expect = []
+    if expect is not None and len(expect) != 2:
+        print(f"replay_gap: --expect {args.expect!r}: give x,y, the two servers' tokens", file=sys.stderr)
+        return 2
     if args.context < 1 or args.at < 0 or not all(0 <= i < args.at for i in force):
         print(
             "replay_gap: --context at least 1, --at at least 0, --force I:T with 0 <= I < --at",
@@ -101,10 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     result = replay(args.pair, args.context, args.at, args.device, args.path_dtype, force)
-    if args.expect:
-        x, y = (int(t) for t in args.expect.split(","))
-        top = result["full_forward"]["top"]
-        result["matches_expected"] = sorted(top) == sorted([x, y])
+    if expect is not None:
+        result["matches_expected"] = sorted(result["full_forward"]["top"]) == expect
     print(json.dumps(result))
     return 0
 
