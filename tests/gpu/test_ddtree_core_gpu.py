@@ -195,6 +195,7 @@ def torch_sampling(du: ModuleType, tree, logits, params, coins, final, renorm: b
 
 
 TRITON_SAMPLING_ENV = "SGLANG_DDTREE_TRITON_SAMPLING"
+SAMPLE_FIRST_ENV = "SGLANG_DDTREE_SAMPLE_FIRST"  # plain temperature: sampled first unless "0"
 
 
 @pytest.fixture
@@ -236,11 +237,13 @@ def test_triton_sampling_equals_the_torch_reference(
 
 @pytest.mark.parametrize("bs,budget,vocab", SAMPLING_CONFIGS)
 def test_triton_plain_temperature_sampling_equals_the_torch_reference(
-    du: ModuleType, triton_sampling: None, bs, budget, vocab
+    du: ModuleType, triton_sampling: None, monkeypatch: pytest.MonkeyPatch, bs, budget, vocab
 ) -> None:
-    """Plain temperature (no filter tensors, the commonest request): the two-launch path, whose walk kernel
-    also draws the bonus token from the tiles' first-pass sums less the children's probabilities. Same
-    decisions as the torch reference on 20 draws of each request, up to float rounding at a coin's edge."""
+    """Plain temperature (no filter tensors, the commonest request) on the coin walk
+    (SGLANG_DDTREE_SAMPLE_FIRST=0): the two-launch path, whose walk kernel also draws the bonus token from the
+    tiles' first-pass sums less the children's probabilities. Same decisions as the torch reference on 20
+    draws of each request, up to float rounding at a coin's edge."""
+    monkeypatch.setenv(SAMPLE_FIRST_ENV, "0")
     same, total, drawn_at_root = 0, 0, 0
     for seed in range(20):
         tree, logits, params, coins, final = sampling_inputs(bs, budget, vocab, seed, False)
@@ -259,12 +262,127 @@ def test_triton_plain_temperature_sampling_equals_the_torch_reference(
     assert drawn_at_root >= 1, "no walk ended at the root: the residual of a row with children is untested"
 
 
-@pytest.mark.parametrize("switch", ["1", "0"], ids=["triton", "torch-reference"])
-def test_sampling_has_no_host_device_sync_and_replays_in_a_graph(
-    du: ModuleType, monkeypatch: pytest.MonkeyPatch, switch: str
+@pytest.mark.parametrize("bs,budget,vocab", SAMPLING_CONFIGS)
+def test_sample_first_equals_the_race_on_given_noise(du: ModuleType, bs, budget, vocab) -> None:
+    """Plain temperature sampled first (the default) with explicit Exp(1) noise: each row's draw is
+    argmax z - log(E) and the walk greedy verification on those draws, as torch computes them; float
+    rounding of the logs may flip a near tie very rarely."""
+    kernels = du._kernels()
+    same, total, accepted = 0, 0, 0
+    for seed in range(10):
+        tree, logits, params, coins, final = sampling_inputs(bs, budget, vocab, seed, False)
+        temperatures = params["temperatures"]
+        size = tree.num_verify_tokens
+        gen = torch.Generator(device=DEVICE).manual_seed(1000 + seed)
+        noise = torch.empty_like(logits).exponential_(generator=gen)
+        z = logits / temperatures.repeat_interleave(size).unsqueeze(1)
+        want = tree.verify_greedy((z - noise.log()).argmax(dim=1).view(bs, size))
+        got = kernels.verify_sampling(
+            tree.tokens,
+            tree.parents,
+            logits,
+            temperatures,
+            None,
+            None,
+            None,
+            coins,
+            final,
+            tree.mask,
+            tree.path,
+            tree.verify_depth,
+            tree.valid if tree.has_padding else None,
+            sample_first=True,
+            noise=noise,
+        )
+        agree = torch.ones(bs, dtype=torch.bool, device=DEVICE)
+        for g, w in zip(got, want, strict=True):
+            agree &= (g == w).reshape(bs, -1).all(dim=1)
+        same += int(agree.sum())
+        total += bs
+        accepted += int(want[0].sum())
+    assert same >= total - max(1, total // 100), f"{total - same} of {total} requests differ"
+    assert accepted >= total, f"the inputs barely exercise acceptance: {accepted} nodes in {total} walks"
+
+
+def outcome_probabilities(tree, probs: torch.Tensor) -> torch.Tensor:
+    """float64 [N, V] exact probability that request 0's walk ends at verify row r and emits v: the product
+    of the accepted children's probabilities along r's path times p_r(v), v held by no valid child of r."""
+    size, vocab = probs.shape
+    tokens, parents, valid = tree.tokens[0].tolist(), tree.parents[0].tolist(), tree.valid[0].tolist()
+    reach = [0.0] * size
+    reach[0] = 1.0
+    out = torch.zeros(size, vocab, dtype=torch.float64)
+    for r in range(size):
+        held = set()
+        for i in range(size - 1):
+            if parents[i] == r - 1 and valid[i] and tokens[i] not in held:
+                reach[i + 1] = reach[r] * float(probs[r, tokens[i]])
+                held.add(tokens[i])
+        for v in range(vocab):
+            if v not in held:
+                out[r, v] = reach[r] * float(probs[r, v])
+    return out
+
+
+@pytest.mark.parametrize("first", ["1", "0"], ids=["sample-first", "coin-walk"])
+def test_plain_temperature_outcomes_follow_the_target_distribution(
+    du: ModuleType, triton_sampling: None, monkeypatch: pytest.MonkeyPatch, first: str
 ) -> None:
+    """One small tree with tied logits repeated over 200k requests (Philox noise keyed by each request's
+    coins, or the coin walk): the counts of (last accepted row, bonus token) pass a chi-square test against
+    the exact probabilities, and no impossible outcome occurs."""
+    monkeypatch.setenv(SAMPLE_FIRST_ENV, first)
+    bs, budget, depth, vocab, temperature = 200_000, 6, 3, 5, 0.9
+    lp = torch.tensor([[1.0, 0.5, 0.5, -1.0, -2.0], [0.2, 1.0, 0.2, -0.5, -3.0], [0.0, 0.3, 1.2, 0.3, -1.0]])
+    one = du.build_ddtree(lp.log_softmax(-1).unsqueeze(0).to(DEVICE), budget, 3)
+    size = budget + 1
+    shift = torch.arange(size).unsqueeze(1).float().remainder(3) * torch.tensor([[0.0, 0.5, 1.0, 0.5, 0.0]])
+    base = torch.tensor([[2.0, 2.0, 1.0, 0.0, -1.0]]) + shift  # ties inside rows and across rows
+    exact = outcome_probabilities(one, (base / temperature).double().softmax(-1))
+    fields = {f.name: getattr(one, f.name) for f in dataclasses.fields(one)}
+    batched = {
+        name: value.expand(bs, *value.shape[1:]).contiguous()
+        for name, value in fields.items()
+        if isinstance(value, torch.Tensor) and value.shape[:1] == (1,)
+    }
+    tree = dataclasses.replace(one, **batched)
+    logits = base.to(DEVICE).repeat(bs, 1)
+    gen = torch.Generator(device=DEVICE).manual_seed(5)
+    coins = torch.rand(bs, depth, device=DEVICE, generator=gen)
+    final = torch.rand(bs, device=DEVICE, generator=gen)
+    accept_len, accept_idx, bonus = tree.verify_sampling_logits(
+        logits, torch.full((bs,), temperature, device=DEVICE), coins=coins, final_coins=final
+    )
+    last = torch.where(
+        accept_len > 0, accept_idx.gather(1, (accept_len - 1).clamp(min=0).unsqueeze(1))[:, 0] + 1, 0
+    )
+    counts = torch.zeros(size * vocab, dtype=torch.float64, device=DEVICE)
+    counts.index_add_(0, last * vocab + bonus, torch.ones(bs, dtype=torch.float64, device=DEVICE))
+    counts = counts.view(size, vocab).cpu()
+    expected = exact * bs
+    possible = expected > 0
+    assert float(counts[~possible].sum()) == 0, "an impossible (row, bonus) outcome was emitted"
+    chi2 = float(((counts - expected)[possible] ** 2 / expected[possible]).sum())
+    dof = int(possible.sum()) - 1
+    assert chi2 < dof + 5 * (2 * dof) ** 0.5, f"chi-square {chi2:.1f} on {dof} degrees of freedom"
+    assert float(counts[1:].sum()) > bs / 4, "the walks barely accept a node"
+
+
+@pytest.mark.parametrize(
+    "switch,plain",
+    [("1", False), ("0", False), ("1", True)],
+    ids=["triton", "torch-reference", "sample-first"],
+)
+def test_sampling_has_no_host_device_sync_and_replays_in_a_graph(
+    du: ModuleType, monkeypatch: pytest.MonkeyPatch, switch: str, plain: bool
+) -> None:
+    """Graph replays equal eager runs on fresh logits and coins (plain: temperature only, sampled first, its
+    Philox seed read from the coins inside the graph)."""
     monkeypatch.setenv(TRITON_SAMPLING_ENV, switch)
+    monkeypatch.setenv(SAMPLE_FIRST_ENV, "1")
     tree, logits, params, coins, final = sampling_inputs(8, 8, 163840, seed=40)
+    if plain:
+        params = {"temperatures": params["temperatures"]}
 
     def run():
         return tree.verify_sampling_logits(logits, **params, coins=coins, final_coins=final)

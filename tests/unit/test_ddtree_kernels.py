@@ -919,11 +919,16 @@ coins, final = torch.rand(bs, depth, generator=gen), torch.rand(bs, generator=ge
 for valid in (None, torch.ones(bs, budget, dtype=torch.bool)):  # a padded tree carries `valid`
     dk.verify_greedy(tree.tokens, tree.parents, torch.randint(0, vocab, (bs, size), generator=gen), tree.mask,
                      tree.path, tree.verify_depth, valid)
-    for name, filters in du.sampling_variants(bs, "cpu").items():
-        renorm = filters.pop("top_p_after_top_k")
-        dk.verify_sampling(tree.tokens, tree.parents, logits, temperatures, filters["top_ks"],
-                           filters["top_ps"], filters["min_ps"], coins, final, tree.mask, tree.path,
-                           tree.verify_depth, valid, top_p_after_top_k=renorm)
+    for first in ("0", "1"):  # plain temperature: the coin walk, then sampled first (the default)
+        os.environ["SGLANG_DDTREE_SAMPLE_FIRST"] = first
+        for name, filters in du.sampling_variants(bs, "cpu").items():
+            renorm = filters.pop("top_p_after_top_k")
+            dk.verify_sampling(tree.tokens, tree.parents, logits, temperatures, filters["top_ks"],
+                               filters["top_ps"], filters["min_ps"], coins, final, tree.mask, tree.path,
+                               tree.verify_depth, valid, top_p_after_top_k=renorm)
+    dk.verify_sampling(tree.tokens, tree.parents, logits, temperatures, None, None, None, coins, final,
+                       tree.mask, tree.path, tree.verify_depth, valid, sample_first=True,
+                       noise=torch.ones_like(logits))  # the tests' explicit noise
 dk.filter_rows(logits, temperatures, None, None, None, size)  # its own plain cut (the walk does verify's)
 knobs.runtime.jit_cache_hook = None  # from here on: compile for each arch given
 
@@ -967,6 +972,8 @@ KERNEL_NAMES = [
     "_sample_walk_kernel",
     "_residual_mass_kernel",
     "_residual_draw_kernel",
+    "_sample_race_kernel",
+    "_sample_race_walk_kernel",
 ]
 
 
@@ -1019,4 +1026,9 @@ def test_compile_covers_every_sampling_variant(compiled: dict) -> None:
     assert len(compiled["variants"]["_residual_mass_kernel"]) == 1  # launched only with a filter on
     assert len(compiled["variants"]["_residual_draw_kernel"]) == 1  # the same
     assert len(compiled["variants"]["_sample_walk_kernel"]) == 4  # `valid` x DRAW (plain temperature: cut
-    # and bonus draw in the walk, two launches in all)
+    # and bonus draw in the walk, two launches in all; SGLANG_DDTREE_SAMPLE_FIRST=0)
+    race = compiled["variants"]["_sample_race_kernel"]  # plain temperature sampled first: Philox or the
+    assert len(race) == 2 and any("NOISE=False" in v and "num_warps=8" in v for v in race), (
+        race
+    )  # tests' noise
+    assert len(compiled["variants"]["_sample_race_walk_kernel"]) == 2  # `valid` or not
