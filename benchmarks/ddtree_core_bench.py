@@ -10,7 +10,8 @@ Columns (microseconds per step, CUDA events; eager includes the host's launch ti
   topk%bw  its roofline: bs * depth * vocab * 4 bytes read once / g_topk, as % of --bandwidth-gbs
   g_tree   graph: build_ddtree_from_topk + verify_greedy (the tree part alone)
   s_temp   graph: build_ddtree + verify_sampling_from_logits on [bs * N, vocab] float32 verify logits,
-           temperature 1 only
+           temperature 1 only, sampled first (the default: an exponential race per row, greedy walk)
+  s_coin   the same on the coin walk (SGLANG_DDTREE_SAMPLE_FIRST=0: walk with coins, residual bonus draw)
   s_topp   the same with top-p 0.95 (Kimi K2.6's usual setting)
   s_kpm    the same with top-k 40, top-p 0.9, min-p 0.05, top-p after top-k (flashinfer's min-p order)
   s%bw     s_topp's roofline: the verify logits read once / s_topp, as % of --bandwidth-gbs
@@ -69,6 +70,7 @@ def sampling_settings(bs: int) -> dict[str, dict]:
     """The s_* columns' request settings: temperature only, top-p 0.95, top-k 40 + top-p 0.9 + min-p 0.05."""
     return {
         "temp": {},
+        "temp_coin": {},  # the same request on the coin walk (sample_first_path("0"))
         "topp": {"top_ps": torch.full((bs,), 0.95, device="cuda")},
         "kpm": {
             "top_ks": torch.full((bs,), 40, dtype=torch.int32, device="cuda"),
@@ -98,12 +100,13 @@ def kernel_breakdown(du, bs: int, budget: int, topk: int, depth: int, vocab: int
             tree = du.build_ddtree(lp, budget, topk)
             return tree.verify_sampling_logits(logits, temperatures, **params, coins=coins, final_coins=final)
 
-        step()  # compiled and cached outside the profile
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(calls):
-                step()
+        with sample_first_path("0" if name.endswith("_coin") else "1"):
+            step()  # compiled and cached outside the profile
             torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(calls):
+                    step()
+                torch.cuda.synchronize()
         per_kernel: dict[str, list[float]] = {}
         for event in prof.events():
             if event.device_type == DeviceType.CUDA:
@@ -150,7 +153,8 @@ def bench_one(
             tree = du.build_ddtree(lp, budget, topk)
             return tree.verify_sampling_logits(logits, temperatures, **params, coins=coins, final_coins=final)
 
-        row[f"graph_sampling_{name}_us"] = time_graph(sampling_step, iters)
+        with sample_first_path("0" if name.endswith("_coin") else "1"):
+            row[f"graph_sampling_{name}_us"] = time_graph(sampling_step, iters)
     with sampling_path("0"):
 
         def torch_step():
@@ -188,6 +192,7 @@ TABLE_KEYS = (
     "topk_bw_pct",
     "graph_tree_us",
     "graph_sampling_temp_us",
+    "graph_sampling_temp_coin_us",
     "graph_sampling_topp_us",
     "graph_sampling_kpm_us",
     "sampling_bw_pct",
@@ -207,6 +212,12 @@ def sampling_path(switch: str):
         yield
     finally:
         os.environ["SGLANG_DDTREE_TRITON_SAMPLING"] = saved if saved is not None else "1"
+
+
+def sample_first_path(switch: str):
+    """SGLANG_DDTREE_SAMPLE_FIRST=switch inside the block ("1": plain temperature sampled first, "0": the coin
+    walk), as it was after."""
+    return mock.patch.dict(os.environ, {"SGLANG_DDTREE_SAMPLE_FIRST": switch})
 
 
 def topk_prefilter(switch: str):
@@ -332,8 +343,8 @@ def main() -> int:
     print(f"vocabulary top-k: {'group prefilter (default)' if prefilter else 'plain tile kernel'}")
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
     print(f"top-k {args.topk}, depth {args.depth}, vocab {args.vocab}; microseconds per step")
-    names = ("eager", "graph", "g_topk", "topk%bw", "g_tree", "s_temp", "s_topp", "s_kpm", "s%bw", "search%",
-             "s_torch", "s_ref", "kernels")  # fmt: skip
+    names = ("eager", "graph", "g_topk", "topk%bw", "g_tree", "s_temp", "s_coin", "s_topp", "s_kpm", "s%bw",
+             "search%", "s_torch", "s_ref", "kernels")  # fmt: skip
     print(f"{'bs':>4} {'budget':>6} " + " ".join(f"{name:>8}" for name in names))
     rows = []
     for bs in args.bs:

@@ -37,7 +37,8 @@
 #   smoke-sampling  the pro6000 smoke with the Triton sampling verify on explicitly (the default since 2026-12-02): its chi-square
 #                   tests at temperature 1 with top-p/top-k/min-p served through the kernels (issue 27)
 #   core-tests      tests/gpu/test_ddtree_core_gpu.py: the kernels vs torch, the Triton sampling kernels vs the reference,
-#                   every warm-up variant compiles, no sync, graph replay, flashinfer's own counts (issue 27)
+#                   every warm-up variant compiles, no sync, graph replay, flashinfer's own counts, plain
+#                   temperature sampled first: exact on given noise, chi-square vs exact outcomes (issue 27)
 #   request-options tests/gpu/request_options_gpu.py: the penalties kernel CUDA vs CPU, no sync, graph = eager, its
 #                   time against torch at bs 32 / budget 16 / vocabulary 163840 (issue 28)
 #   steps           ddtree_step_checks.py: every host sync torch's sync debug mode sees inside DDTREE steps, and
@@ -54,7 +55,8 @@
 #   paired          (timing) paired_step: $PAIRED_MODES (A,B) from two servers up at once, $PAIRED_ROUNDS rounds
 #                   A,B,B,A at $PAIRED_CONTEXTS; step ms, tok/s and the per-round ratio B/A (issue 25)
 #   options         (timing) options_acceptance: acceptance with request options on the pair (issue 28)
-#   core-bench      (timing) benchmarks/ddtree_core_bench.py: the sampling kernels' goals table (issue 27)
+#   core-bench      (timing) benchmarks/ddtree_core_bench.py: the sampling kernels' goals table (issue 27;
+#                   s_temp sampled first, s_coin the coin walk beside it)
 #   verify-bench    (timing) device_ddtree.sh verify: the split-KV verify attention's GPU tests, its kernel table
 #                   against context 256..32768 beside the decode kernel, and the verify metadata bench (issue 26)
 #   profile-mla     (timing) profile_step --smoke-arch mla over $PROFILE_MLA_MODES x $PROFILE_CONTEXTS: the tiny
