@@ -375,7 +375,7 @@ def walk_case(bs, budget, topk, depth, vocab, params, renorm, cap, floor, draws,
         got = dk.verify_sampling(
             tree.tokens, tree.parents, logits, temps, *params, coins, final, tree.mask, tree.path,
             tree.verify_depth, valid, top_p_after_top_k=renorm, keep_ties=keep_ties, candidate_cap=cap,
-            candidate_floor=floor)
+            candidate_floor=floor, sample_first=False)  # plain temperature too: the coin walk, same coins
         reference = du.verify_sampling(
             tree.tokens, tree.parents, probs, coins=coins, final_coins=final, mask=tree.mask, valid=valid,
             max_depth=depth, path=tree.path, verify_depth=tree.verify_depth)
@@ -437,7 +437,7 @@ def children_case(params, draws, crumb=False, bs=4):
         tables = dict(mask=mask, path=path, verify_depth=verify_depth)
         want = du.verify_sampling_from_logits(*args, coins=coins, final_coins=final, valid=valid,
                                               max_depth=depth, **tables)
-        got = dk.verify_sampling(*args, coins, final, mask, path, verify_depth, valid)
+        got = dk.verify_sampling(*args, coins, final, mask, path, verify_depth, valid, sample_first=False)
         same += all(g.dtype == w.dtype and torch.equal(g, w) for g, w in zip(got, want))
         rejected += int((want[0] == 0).sum())
         if crumb:
@@ -864,6 +864,156 @@ def test_band_decides_cuts_deep_in_the_bulk(kernel_package: Path, sglang_cpu_pat
         assert result["same_kept"] and result["probs_close"], (case, result)
         assert result["searched"] <= result["rows"] // 8, (case, result)
         assert result["deep_decided"] >= 3, (case, result)
+
+
+# Plain temperature sampled first (SGLANG_DDTREE_SAMPLE_FIRST, the default): 1. with explicit Exp(1) noise
+# the kernels equal the race in torch (argmax z - log E per row) then greedy verification on those draws,
+# over three tiles, padding nodes, tied logits and bs > 1; 2. the Philox noise is keyed by the coins (same
+# coins, same output); 3. one small tree with tied logits over 1500 requests: the (last row, bonus) counts
+# against the exact outcome probabilities, beside the torch coin walk on the same requests.
+SAMPLE_FIRST_CHECK = r"""
+import json, torch
+from ddt import ddtree_kernels as dk, ddtree_utils as du
+gen = torch.Generator().manual_seed(7)
+result = {}
+
+def tree_case(bs, budget, topk, depth, vocab, tied=False):
+    lp = (3 * torch.randn(bs, depth, vocab, generator=gen)).log_softmax(-1)
+    tree = du.build_ddtree(lp, budget, topk)
+    size = budget + 1
+    logits = torch.randn(bs * size, vocab, generator=gen) * 2
+    if tied:
+        logits = (logits * 2).round() / 2
+    rows_depth = torch.cat([tree.depth.new_zeros(bs, 1), tree.depth], dim=1)
+    likely = lp.argmax(-1).gather(1, rows_depth.clamp(max=depth - 1))
+    logits.view(bs, size, vocab).scatter_add_(2, likely.unsqueeze(2), torch.full((bs, size, 1), 6.0))
+    temps = torch.rand(bs, generator=gen) + 0.3
+    return tree, logits, temps
+
+def run(tree, logits, temps, depth, coins, final, **kw):
+    valid = tree.valid if tree.has_padding else None
+    return dk.verify_sampling(tree.tokens, tree.parents, logits, temps, None, None, None, coins, final,
+                              tree.mask, tree.path, tree.verify_depth, valid, **kw)
+
+# 1. Exactness given explicit noise: the race in torch, then greedy verification on the draws.
+def exact_case(bs, budget, topk, depth, vocab, draws, tied=False):
+    tree, logits, temps = tree_case(bs, budget, topk, depth, vocab, tied)
+    size = budget + 1
+    same, accepted = 0, 0
+    for _ in range(draws):
+        noise = -torch.rand(bs * size, vocab, generator=gen).log()
+        z = logits.float() / temps.repeat_interleave(size).unsqueeze(1)
+        draws_ = (z - noise.log()).argmax(dim=1).view(bs, size)
+        want = tree.verify_greedy(draws_)
+        coins, final = torch.rand(bs, depth, generator=gen), torch.rand(bs, generator=gen)
+        got = run(tree, logits, temps, depth, coins, final, sample_first=True, noise=noise)
+        same += all(g.dtype == w.dtype and torch.equal(g, w) for g, w in zip(got, want))
+        accepted += int(want[0].sum())
+    return {"same": same, "draws": draws, "accepted": accepted,
+            "padded": bool(tree.has_padding)}
+
+result["exact_bs3"] = exact_case(3, 8, 4, 7, 300, 3)
+result["exact_tiles"] = exact_case(2, 8, 4, 7, 9000, 2)
+result["exact_padding"] = exact_case(2, 16, 4, 2, 3, 3)
+result["exact_ties"] = exact_case(3, 8, 4, 7, 300, 3, tied=True)
+
+# 2. Determinism: the coins seed the Philox noise.
+tree, logits, temps = tree_case(64, 8, 4, 3, 40)
+coins, final = torch.rand(64, 3, generator=gen), torch.rand(64, generator=gen)
+a = run(tree, logits, temps, 3, coins, final, sample_first=True)
+b = run(tree, logits, temps, 3, coins, final, sample_first=True)
+other = torch.rand(64, 3, generator=gen), torch.rand(64, generator=gen)
+c = run(tree, logits, temps, 3, *other, sample_first=True)
+result["determinism"] = {"same": all(torch.equal(x, y) for x, y in zip(a, b)),
+                         "bonus_differs": int((a[2] != c[2]).sum())}
+
+# 3. Distribution: one small tree with ties repeated over many requests, sampled first (Philox) and by the
+# coin walk, against the exact probabilities of each (accepted row, bonus) outcome.
+def outcome_probs(tree, probs, size, vocab):
+    # P(last row r, bonus v) = prod of p over r's path * p_r(v) for v no valid child of r holds.
+    tokens, parents = tree.tokens[0], tree.parents[0]
+    valid = tree.valid[0]
+    reach = torch.zeros(size, dtype=torch.float64)
+    reach[0] = 1.0
+    out = torch.zeros(size, vocab, dtype=torch.float64)
+    for r in range(size):
+        kids = [i for i in range(size - 1) if int(parents[i]) == r - 1 and bool(valid[i])]
+        held = set()
+        for i in kids:
+            t = int(tokens[i])
+            if t not in held:
+                reach[i + 1] = reach[r] * probs[r, t]
+                held.add(t)
+        for v in range(vocab):
+            if v not in held:
+                out[r, v] = reach[r] * probs[r, v]
+    return out
+
+bs, budget, topk, depth, vocab = 1500, 6, 3, 3, 5
+lp = torch.tensor([[1.0, 0.5, 0.5, -1.0, -2.0], [0.2, 1.0, 0.2, -0.5, -3.0], [0.0, 0.3, 1.2, 0.3, -1.0]])
+lp = lp.log_softmax(-1).unsqueeze(0)
+one = du.build_ddtree(lp, budget, topk)
+size = budget + 1
+base = torch.tensor([[2.0, 2.0, 1.0, 0.0, -1.0]]) + torch.arange(size).unsqueeze(1).float().remainder(3) * \
+    torch.tensor([[0.0, 0.5, 1.0, 0.5, 0.0]])
+base = (base * 2).round() / 2  # ties
+temp = 0.9
+probs = (base / temp).double().softmax(-1)
+exact = outcome_probs(one, probs, size, vocab)
+fields = {f: getattr(one, f) for f in one.__dataclass_fields__}
+batched = lambda v: isinstance(v, torch.Tensor) and v.shape[0] == 1
+tree = du.DDTree(**{f: v.expand(bs, *v.shape[1:]).contiguous() if batched(v) else v
+                    for f, v in fields.items()})
+logits = base.repeat(bs, 1)
+temps = torch.full((bs,), temp)
+counts = {}
+coins, final = torch.rand(bs, depth, generator=gen), torch.rand(bs, generator=gen)
+outputs = {"sample_first": run(tree, logits, temps, depth, coins, final, sample_first=True),
+           "coin_walk_reference": du.verify_sampling_from_logits(
+               tree.tokens, tree.parents, logits, temps, coins=coins, final_coins=final, mask=tree.mask,
+               valid=tree.valid, max_depth=depth, path=tree.path, verify_depth=tree.verify_depth)}
+for name, (acc_len, acc_idx, bonus) in outputs.items():
+    deepest = acc_idx.gather(1, (acc_len - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
+    last = torch.where(acc_len > 0, deepest + 1, 0)
+    hist = torch.zeros(size, vocab, dtype=torch.float64)
+    hist.index_put_((last, bonus), torch.ones(bs, dtype=torch.float64), accumulate=True)
+    expected = exact * bs
+    keep = expected > 0
+    chi2 = float((((hist - expected) ** 2)[keep] / expected[keep]).sum())
+    counts[name] = {"chi2": chi2, "dof": int(keep.sum()) - 1, "impossible": float(hist[~keep].sum()),
+                    "accepted": int(acc_len.sum())}
+result["distribution"] = counts
+print("SAMPLE-FIRST " + json.dumps(result))
+"""
+
+
+@pytest.fixture(scope="module")
+def sample_first_results(kernel_package: Path, sglang_cpu_path: str) -> dict:  # noqa: F811
+    return run_script(SAMPLE_FIRST_CHECK, "SAMPLE-FIRST", kernel_package, sglang_cpu_path, interpret=True,
+                      timeout=1800)  # fmt: skip
+
+
+@pytest.mark.parametrize("case", ["exact_bs3", "exact_tiles", "exact_padding", "exact_ties"])
+def test_sample_first_equals_the_race_on_given_noise(sample_first_results: dict, case: str) -> None:
+    result = sample_first_results[case]
+    assert result["same"] == result["draws"], result
+    assert result["accepted"] >= result["draws"], f"the case barely accepts a node: {result}"
+    assert result["padded"] == (case == "exact_padding"), "exact_padding must carry padding nodes (HAS_VALID)"
+
+
+def test_sample_first_is_keyed_by_the_coins(sample_first_results: dict) -> None:
+    result = sample_first_results["determinism"]
+    assert result["same"] and result["bonus_differs"] >= 8, result
+
+
+@pytest.mark.parametrize("path", ["sample_first", "coin_walk_reference"])
+def test_sample_first_outcomes_follow_the_exact_distribution(sample_first_results: dict, path: str) -> None:
+    """chi-square of the (last accepted row, bonus) counts against the exact probabilities (dof + 5 sigma);
+    the coin walk passing the same test checks the exact table itself."""
+    result = sample_first_results["distribution"][path]
+    assert result["impossible"] == 0, result
+    assert result["chi2"] < result["dof"] + 5 * (2 * result["dof"]) ** 0.5, result
+    assert result["accepted"] > 300, result
 
 
 COMPILE = r"""
