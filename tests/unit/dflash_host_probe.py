@@ -88,12 +88,34 @@ class _GraphScope:
         counter = self.counter_ref[0]
         if counter is not None:
             counter.replays[self.name] = counter.replays.get(self.name, 0) + 1
+            counter.scope.append("graph:inputs")
+            try:
+                _copy_inputs_as_replay_does(inputs)
+            finally:
+                counter.scope.pop()
             counter.scope.append(f"graph:{self.name}")
         try:
             return self.fn(*inputs)
         finally:
             if counter is not None:
                 counter.scope.pop()
+
+
+def _copy_inputs_as_replay_does(inputs: tuple) -> None:
+    """The copies a real replay makes into its static buffers (counted under "graph:inputs": on a GPU they
+    run eagerly before the graph): step_graphs.copy_graph_inputs where the series has it (patch
+    dflash-overlap-prepare-trim), else one copy_ per input as BatchGraphs.replay did before it. The buffers
+    are fresh (empty_like: no op counted); the function still reads its own arguments."""
+    import torch
+    from sglang.srt.speculative import step_graphs
+
+    buffers = [torch.empty_like(arg) for arg in inputs]
+    copy = getattr(step_graphs, "copy_graph_inputs", None)
+    if copy is not None:
+        copy(buffers, inputs)
+    else:
+        for buf, arg in zip(buffers, inputs, strict=True):
+            buf[: arg.shape[0]].copy_(arg)
 
 
 def _op_counter():
