@@ -83,6 +83,8 @@ class _GraphScope:
     def __init__(self, name: str, fn, counter_ref: list) -> None:
         self.name, self.fn, self.counter_ref = name, fn, counter_ref
         self.graphs = {1: None, 2: None, 4: None, 8: None}
+        self.buffers: list | None = None  # the replay's static input buffers (made at the first replay)
+        self.copier = None
 
     def replay(self, bs: int, *inputs):
         counter = self.counter_ref[0]
@@ -90,7 +92,7 @@ class _GraphScope:
             counter.replays[self.name] = counter.replays.get(self.name, 0) + 1
             counter.scope.append("graph:inputs")
             try:
-                _copy_inputs_as_replay_does(inputs)
+                _copy_inputs_as_replay_does(self, inputs)
             finally:
                 counter.scope.pop()
             counter.scope.append(f"graph:{self.name}")
@@ -101,20 +103,23 @@ class _GraphScope:
                 counter.scope.pop()
 
 
-def _copy_inputs_as_replay_does(inputs: tuple) -> None:
+def _copy_inputs_as_replay_does(scope: _GraphScope, inputs: tuple) -> None:
     """The copies a real replay makes into its static buffers (counted under "graph:inputs": on a GPU they
-    run eagerly before the graph): step_graphs.copy_graph_inputs where the series has it (patch
-    dflash-overlap-prepare-trim), else one copy_ per input as BatchGraphs.replay did before it. The buffers
-    are fresh (empty_like: no op counted); the function still reads its own arguments."""
+    run eagerly before the graph): step_graphs.InputCopier over the stretch's own buffers where the series
+    has it (patch dflash-overlap-prepare-trim), else a slice and a copy_ per input, as BatchGraphs.replay did
+    before it. The buffers (64 rows, torch.empty: no op counted) are made at the first replay; the function
+    still reads its own arguments."""
     import torch
     from sglang.srt.speculative import step_graphs
 
-    buffers = [torch.empty_like(arg) for arg in inputs]
-    copy = getattr(step_graphs, "copy_graph_inputs", None)
-    if copy is not None:
-        copy(buffers, inputs)
+    if scope.buffers is None:
+        scope.buffers = [torch.empty((64, *arg.shape[1:]), dtype=arg.dtype) for arg in inputs]
+        copier = getattr(step_graphs, "InputCopier", None)
+        scope.copier = copier(scope.buffers) if copier is not None else None
+    if scope.copier is not None:
+        scope.copier(inputs)
     else:
-        for buf, arg in zip(buffers, inputs, strict=True):
+        for buf, arg in zip(scope.buffers, inputs, strict=True):
             buf[: arg.shape[0]].copy_(arg)
 
 
