@@ -95,6 +95,16 @@ def copies(torch) -> dict:
                 "us_per_input": round(_time_us(per_input), 2),
                 "us_grouped": round(_time_us(grouped), 2),
             }
+    # one copier across batch sizes (its kept views are per row count): 4 rows, then 1, then 3
+    buffers = [torch.zeros(8, dtype=torch.int64) for _ in range(3)]
+    old = [b.clone() for b in buffers]
+    copier = InputCopier(buffers)
+    for rows in (4, 1, 3):
+        args = [torch.arange(rows) + 10 * rows + k for k in range(3)]
+        copier(args)
+        for buf, arg in zip(old, args, strict=True):
+            buf[: arg.shape[0]].copy_(arg)
+    out["across_batch_sizes_same"] = all(torch.equal(a, b) for a, b in zip(old, buffers, strict=True))
     return out
 
 

@@ -31,6 +31,7 @@ def _launches(ops: dict) -> int:
 def test_input_copies_fill_the_buffers_as_before(facts: dict) -> None:
     for name, stage in facts["copies"]["stages"].items():
         assert stage["same"], name
+    assert facts["copies"]["across_batch_sizes_same"], "a kept view must match its row count"
 
 
 def test_input_copies_dispatch_one_foreach_per_dtype(facts: dict, capsys: pytest.CaptureFixture) -> None:
