@@ -83,17 +83,44 @@ class _GraphScope:
     def __init__(self, name: str, fn, counter_ref: list) -> None:
         self.name, self.fn, self.counter_ref = name, fn, counter_ref
         self.graphs = {1: None, 2: None, 4: None, 8: None}
+        self.buffers: list | None = None  # the replay's static input buffers (made at the first replay)
+        self.copier = None
 
     def replay(self, bs: int, *inputs):
         counter = self.counter_ref[0]
         if counter is not None:
             counter.replays[self.name] = counter.replays.get(self.name, 0) + 1
+            counter.scope.append("graph:inputs")
+            try:
+                _copy_inputs_as_replay_does(self, inputs)
+            finally:
+                counter.scope.pop()
             counter.scope.append(f"graph:{self.name}")
         try:
             return self.fn(*inputs)
         finally:
             if counter is not None:
                 counter.scope.pop()
+
+
+def _copy_inputs_as_replay_does(scope: _GraphScope, inputs: tuple) -> None:
+    """The copies a real replay makes into its static buffers (counted under "graph:inputs": on a GPU they
+    run eagerly before the graph): step_graphs.InputCopier over the stretch's own buffers where the series
+    has it (patch dflash-overlap-prepare-trim), else a slice and a copy_ per input, as BatchGraphs.replay did
+    before it. The buffers (64 rows, torch.empty: no op counted) are made at the first replay; the function
+    still reads its own arguments."""
+    import torch
+    from sglang.srt.speculative import step_graphs
+
+    if scope.buffers is None:
+        scope.buffers = [torch.empty((64, *arg.shape[1:]), dtype=arg.dtype) for arg in inputs]
+        copier = getattr(step_graphs, "InputCopier", None)
+        scope.copier = copier(scope.buffers) if copier is not None else None
+    if scope.copier is not None:
+        scope.copier(inputs)
+    else:
+        for buf, arg in zip(scope.buffers, inputs, strict=True):
+            buf[: arg.shape[0]].copy_(arg)
 
 
 def _op_counter():

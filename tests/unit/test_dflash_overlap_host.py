@@ -117,3 +117,20 @@ def test_v2_eager_ops_per_step_stay_under_the_trimmed_bound(v2: dict, algo: str)
     worker = result["ops_by_name"]["worker"]
     for name in ("_local_scalar_dense", "clamp"):  # the bound's int(sum) and the compact window's clamp
         assert name not in worker, (name, worker)
+
+
+# The step graphs' input copies per v2 step (the probe's "graph:inputs": what BatchGraphs.replay dispatches
+# before each replay, eagerly on a GPU). One copy_ per input before patch dflash-overlap-prepare-trim
+# (DDTREE 17: block 3, tree 3, commit 6, append 5; DFLASH 13: block 3, chain 2, tail 3, append 5); one
+# `_foreach_copy_` per (dtype, dtype, device) group with it: 7 and 7.
+V2_GRAPH_INPUT_OPS_MAX = {"dflash": 7, "ddtree": 7}
+
+
+@pytest.mark.parametrize("algo", ["ddtree", "dflash"])
+def test_v2_graph_input_copies_are_grouped(v2: dict, algo: str) -> None:
+    """Patch dflash-overlap-prepare-trim: the replays copy their inputs with one foreach call per dtype group;
+    a return to one copy_ per input (DDTREE 17, DFLASH 13 ops a step) fails here."""
+    result = v2[f"{algo}_bs1"]
+    copies = result["ops_by_name"]["graph:inputs"]
+    assert sum(copies.values()) <= V2_GRAPH_INPUT_OPS_MAX[algo], copies
+    assert copies.get("_foreach_copy_", 0) >= 3, copies
