@@ -15,6 +15,8 @@ sleep "${1:-90}"
 dirs=()
 for dir in ${SNAP_DIRS:-/tmp/out /tmp/runs}; do [[ -d $dir ]] && dirs+=("$dir"); done
 limit=${SNAP_LIMIT:-15728640} big=${SNAP_BIG:-1048576}
+# Nothing to read yet (or a fresh machine after a lost hold): without this, find would search the checkout.
+((${#dirs[@]})) || { echo "sitting_poll.sh: nothing to pack yet (${SNAP_DIRS:-/tmp/out /tmp/runs})"; exit 0; }
 # Every queue's status lines, newest last: what to read between polls.
 for status in $(find "${dirs[@]}" -name status.txt 2> /dev/null | sort); do
   echo "== ${status}"
@@ -23,7 +25,6 @@ done
 for marker in $(find "${dirs[@]}" -maxdepth 1 \( -name '*.done' -o -name 'timing-start.txt' \) 2> /dev/null | sort); do
   echo "== ${marker}: $(head -c 200 "$marker")"
 done
-((${#dirs[@]})) || { echo "sitting_poll.sh: nothing to pack yet (${SNAP_DIRS:-/tmp/out /tmp/runs})"; exit 0; }
 mkdir -p "$OUT"
 excludes=(--exclude='*.trace.json*' --exclude='pair.tar*' --exclude='*.safetensors' --exclude='*.pt')
 tar -czf "$OUT/snapshot.tgz.tmp" "${excludes[@]}" "${dirs[@]}" 2> /dev/null

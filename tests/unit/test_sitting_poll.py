@@ -12,10 +12,11 @@ from pathlib import Path
 POLL = Path(__file__).resolve().parents[2] / "tests" / "gpu" / "sitting_poll.sh"
 
 
-def poll(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+def poll(tmp_path: Path, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
     dirs = f"{tmp_path / 'out'} {tmp_path / 'runs'}"
     environ = {**os.environ, "OUT": str(tmp_path / "back"), "SNAP_DIRS": dirs, **env}
-    return subprocess.run(["bash", str(POLL), "0"], capture_output=True, text=True, env=environ, timeout=60)
+    command = ["bash", str(POLL), "0"]
+    return subprocess.run(command, capture_output=True, text=True, env=environ, timeout=60, cwd=cwd)
 
 
 def members(tmp_path: Path) -> set[str]:
@@ -59,3 +60,14 @@ def test_without_out_it_says_so(tmp_path: Path) -> None:
     environ = {k: v for k, v in os.environ.items() if k != "OUT"}
     done = subprocess.run(["bash", str(POLL), "0"], capture_output=True, text=True, env=environ, timeout=60)
     assert done.returncode == 2 and "OUT is not set" in done.stderr
+
+
+def test_a_fresh_machine_reads_no_status_from_the_checkout(tmp_path: Path) -> None:
+    """A poll on a machine the hold was lost to has no result folders: it must say so, not print the status
+    files committed under the working directory as if they were this sitting's."""
+    checkout = tmp_path / "checkout" / "results"
+    checkout.mkdir(parents=True)
+    (checkout / "status.txt").write_text("old: exit 0 after 1 s (queue at 1 s)\n")
+    done = poll(tmp_path, cwd=tmp_path / "checkout")
+    assert done.returncode == 0, done.stderr
+    assert "nothing to pack yet" in done.stdout and "old: exit 0" not in done.stdout
