@@ -195,7 +195,7 @@ def torch_sampling(du: ModuleType, tree, logits, params, coins, final, renorm: b
 
 
 TRITON_SAMPLING_ENV = "SGLANG_DDTREE_TRITON_SAMPLING"
-SAMPLE_FIRST_ENV = "SGLANG_DDTREE_SAMPLE_FIRST"  # plain temperature: sampled first unless "0"
+SAMPLE_FIRST_ENV = "SGLANG_DDTREE_SAMPLE_FIRST"  # plain temperature: auto (race up to 32 rows), 1, 0
 
 
 @pytest.fixture
@@ -415,7 +415,9 @@ def test_select_true_equals_nonzero_without_a_sync(du: ModuleType) -> None:
 def test_warm_up_compiles_every_sampling_variant(du: ModuleType, triton_sampling: None) -> None:
     warmed = du.warm_up_kernels(8, 4, 7, 163840, DEVICE, local_vocab=20480)
     assert warmed[:3] == ["topk_logsumexp", "build_tree", "verify_greedy"]
-    assert len([w for w in warmed if w.startswith("verify_sampling")]) == 9
+    # nine filter variants and plain temperature's other path (race or coin walk: the batch's rows choose)
+    assert len([w for w in warmed if w.startswith("verify_sampling")]) == 10
+    assert warmed[-1] == "verify_sampling[temperature:other-path]"
 
 
 def test_warm_up_leaves_the_sampling_kernels_alone_when_switched_off(
@@ -426,7 +428,7 @@ def test_warm_up_leaves_the_sampling_kernels_alone_when_switched_off(
     assert warmed == ["topk_logsumexp", "build_tree", "verify_greedy"]
     monkeypatch.delenv(TRITON_SAMPLING_ENV)  # the default: the sampling variants too
     warmed = du.warm_up_kernels(8, 4, 7, 20480, DEVICE)
-    assert len([w for w in warmed if w.startswith("verify_sampling")]) == 9
+    assert len([w for w in warmed if w.startswith("verify_sampling")]) == 10
 
 
 def test_a_sampling_kernel_failing_at_warm_up_switches_the_triton_sampling_path_off(

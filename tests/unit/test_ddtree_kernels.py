@@ -866,11 +866,12 @@ def test_band_decides_cuts_deep_in_the_bulk(kernel_package: Path, sglang_cpu_pat
         assert result["deep_decided"] >= 3, (case, result)
 
 
-# Plain temperature sampled first (SGLANG_DDTREE_SAMPLE_FIRST, the default): 1. with explicit Exp(1) noise
-# the kernels equal the race in torch (argmax z - log E per row) then greedy verification on those draws,
-# over three tiles, padding nodes, tied logits and bs > 1; 2. the Philox noise is keyed by the coins (same
-# coins, same output); 3. one small tree with tied logits over 1500 requests: the (last row, bonus) counts
-# against the exact outcome probabilities, beside the torch coin walk on the same requests.
+# Plain temperature sampled first (SGLANG_DDTREE_SAMPLE_FIRST; auto: up to 32 rows): 1. with explicit
+# Exp(1) noise the kernels equal the race in torch (argmax z - log E per row) then greedy verification on
+# those draws, over three tiles, padding nodes, tied logits and bs > 1; 2. the Philox noise is keyed by the
+# coins (same coins, same output); 3. one small tree with tied logits over 1500 requests: the (last row,
+# bonus) counts against the exact outcome probabilities, beside the torch coin walk on the same requests;
+# 4. the switch's values and the path a default call takes by its rows.
 SAMPLE_FIRST_CHECK = r"""
 import json, torch
 from ddt import ddtree_kernels as dk, ddtree_utils as du
@@ -983,6 +984,35 @@ for name, (acc_len, acc_idx, bonus) in outputs.items():
     counts[name] = {"chi2": chi2, "dof": int(keep.sum()) - 1, "impossible": float(hist[~keep].sum()),
                     "accepted": int(acc_len.sum())}
 result["distribution"] = counts
+
+# 4. The path plain temperature takes by default: SGLANG_DDTREE_SAMPLE_FIRST auto (unset: the same) samples
+# first up to 32 verify rows, 1 always, 0 never; anything else is refused by name.
+import os
+switches = {}
+for switch in (None, "auto", "1", "0", " Auto ", "yes"):
+    os.environ.pop("SGLANG_DDTREE_SAMPLE_FIRST", None)
+    if switch is not None:
+        os.environ["SGLANG_DDTREE_SAMPLE_FIRST"] = switch
+    try:
+        switches[repr(switch)] = [dk.sample_first_for(rows) for rows in (1, 17, 32, 33, 1088)]
+    except ValueError as exc:
+        switches[repr(switch)] = str(exc)
+os.environ.pop("SGLANG_DDTREE_SAMPLE_FIRST", None)
+# sample_first None follows the rows: bs 1 at budget 16 (17 rows) is the race, bs 2 (34 rows) the coin walk;
+# the other path's output differs for some of the same coins, so a wrong choice shows.
+def default_path(bs, trials=6):
+    follows, differs = 0, 0
+    for _ in range(trials):
+        tree, logits, temps = tree_case(bs, 16, 4, 3, 300)
+        coins, final = torch.rand(bs, 3, generator=gen), torch.rand(bs, generator=gen)
+        got = run(tree, logits, temps, 3, coins, final)
+        race = run(tree, logits, temps, 3, coins, final, sample_first=True)
+        walk = run(tree, logits, temps, 3, coins, final, sample_first=False)
+        chosen, other = (race, walk) if bs * 17 <= 32 else (walk, race)
+        follows += all(torch.equal(x, y) for x, y in zip(got, chosen))
+        differs += not all(torch.equal(x, y) for x, y in zip(got, other))
+    return {"follows": follows, "differs": differs, "trials": trials}
+result["dispatch"] = {"switches": switches, "bs1": default_path(1), "bs2": default_path(2)}
 print("SAMPLE-FIRST " + json.dumps(result))
 """
 
@@ -1014,6 +1044,23 @@ def test_sample_first_outcomes_follow_the_exact_distribution(sample_first_result
     assert result["impossible"] == 0, result
     assert result["chi2"] < result["dof"] + 5 * (2 * result["dof"]) ** 0.5, result
     assert result["accepted"] > 300, result
+
+
+def test_sample_first_switch_reads_auto_one_or_zero(sample_first_results: dict) -> None:
+    """auto (also unset, any case and spacing): the race up to 32 verify rows (the H200 crossover), the coin
+    walk beyond; 1 and 0 force one path; any other value is a clear error that names the variable."""
+    switches = sample_first_results["dispatch"]["switches"]
+    auto = [True, True, True, False, False]
+    assert switches["None"] == switches["'auto'"] == switches["' Auto '"] == auto, switches
+    assert switches["'1'"] == [True] * 5 and switches["'0'"] == [False] * 5, switches
+    assert "SGLANG_DDTREE_SAMPLE_FIRST='yes'" in switches["'yes'"] and "auto" in switches["'yes'"], switches
+
+
+@pytest.mark.parametrize("bs", ["bs1", "bs2"])
+def test_plain_temperature_takes_the_path_its_rows_choose(sample_first_results: dict, bs: str) -> None:
+    result = sample_first_results["dispatch"][bs]
+    assert result["follows"] == result["trials"], result
+    assert result["differs"] >= 1, f"the two paths agreed on every trial, so the choice is not seen: {result}"
 
 
 COMPILE = r"""
