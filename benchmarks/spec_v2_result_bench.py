@@ -53,9 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
-    print(
-        f"us per step, median of {result['repeats']} interleaved repeats (old = token by token, new = fast path)"
-    )
+    repeats = result["repeats"]
+    print(f"us per step, median of {repeats} interleaved repeats (old = token by token, new = fast path)")
     print(table(result))
     return 0
 

@@ -1,5 +1,5 @@
-"""Probe (run in the CPU SGLang environment; tests/unit/test_spec_v2_result_fast_path.py and
-`python -m benchmarks.spec_v2_result_bench`): the host time of the scheduler's result processing for one spec-v2
+"""Probe (run in the CPU SGLang environment by tests/unit/test_spec_v2_result_fast_path.py and
+benchmarks/spec_v2_result_bench.py): the host time of the scheduler's result processing for one spec-v2
 step (SGLANG_DFLASH_OVERLAP=1), with 0024's token-by-token finish check (`SPEC_V2_RESULT_FAST_PATH` off) and
 with patch spec-v2-result-fast-path's fast path, side by side in one process; and the two paths' outputs on
 random blocks.
@@ -13,6 +13,7 @@ socket are stand-ins: the socket pickles the payload as zmq's send_pyobj would).
 
 from __future__ import annotations
 
+import functools
 import json
 import pickle
 import random
@@ -71,7 +72,7 @@ def outcome(req) -> dict:
 
 
 def run_steps(settings: dict, tokens: list[int], steps: list[int], fast: bool) -> dict:
-    """The spec-v2 result path of one request: each step's accepted block appended, one update_finish_state."""
+    """The spec-v2 result path of one request: each step's block appended, then one update_finish_state."""
     set_fast_path(fast)
     req = make_request(settings)
     start = 0
@@ -121,11 +122,11 @@ def time_finish_check(reqs: list, blocks: list[list[int]], fast: bool) -> float:
     set_fast_path(fast)
     priors = [len(r.output_ids) for r in reqs]
     begin = time.perf_counter_ns()
-    for req, block in zip(reqs, blocks):
+    for req, block in zip(reqs, blocks, strict=True):
         req.output_ids.extend(block)
         req.update_finish_state(len(block))
     elapsed = (time.perf_counter_ns() - begin) / 1000.0
-    for req, prior in zip(reqs, priors):
+    for req, prior in zip(reqs, priors, strict=True):
         reset(req, prior)
     return elapsed
 
@@ -141,8 +142,8 @@ class _Sink:
 
 
 def make_processor():
-    """The real SchedulerBatchResultProcessor and SchedulerOutputStreamer; stand-ins for what does I/O or keeps
-    metrics."""
+    """The real SchedulerBatchResultProcessor and SchedulerOutputStreamer; stand-ins for what does I/O or
+    keeps metrics."""
     from sglang.srt.disaggregation.utils import DisaggregationMode
     from sglang.srt.managers.scheduler_components.batch_result_processor import (
         SchedulerBatchResultProcessor,
@@ -196,7 +197,6 @@ def make_processor():
 def time_decode_result(processor, reqs: list, blocks: list[list[int]], fast: bool) -> float:
     """Microseconds for process_batch_result_decode of one v2 step (CPU tensors, stride 8 + 1)."""
     import torch
-
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     set_fast_path(fast)
@@ -227,7 +227,7 @@ def time_decode_result(processor, reqs: list, blocks: list[list[int]], fast: boo
     begin = time.perf_counter_ns()
     processor.process_batch_result_decode(batch, result)
     elapsed = (time.perf_counter_ns() - begin) / 1000.0
-    for req, prior in zip(reqs, priors):
+    for req, prior in zip(reqs, priors, strict=True):
         reset(req, prior)
     return elapsed
 
@@ -242,10 +242,11 @@ def bench(repeats: int = 200) -> dict:
             for n in range(1, 9):
                 blocks = [[LETTERS[(i + j) % len(LETTERS)] for j in range(n)] for i in range(bs)]
                 row = {"scenario": scenario, "bs": bs, "n": n}
-                for level, timer in (
-                    ("finish", lambda fast: time_finish_check(reqs, blocks, fast)),
-                    ("decode", lambda fast: time_decode_result(processor, reqs, blocks, fast)),
-                ):
+                timers = {
+                    "finish": functools.partial(time_finish_check, reqs, blocks),
+                    "decode": functools.partial(time_decode_result, processor, reqs, blocks),
+                }
+                for level, timer in timers.items():
                     if scenario == "max_new_near" and level == "decode":
                         continue  # a finishing request releases its KV: needs the real tree cache
                     old, new = [], []
@@ -264,7 +265,9 @@ def bench(repeats: int = 200) -> dict:
 def check(seed: int, cases: int) -> dict:
     """Random cases through both paths: output_ids, finished_reason, finished_len and the returned tokens must
     be equal. Counts how often each kind of finish fell inside a block (not its last token)."""
-    from hypothesis import HealthCheck, given, seed as hseed, settings as hsettings
+    from hypothesis import HealthCheck, given
+    from hypothesis import seed as hseed
+    from hypothesis import settings as hsettings
     from hypothesis import strategies as st
 
     tallies = {"cases": 0, "differ": 0, "first": [], "finished": {}, "inside_block": {}, "fast_taken": 0}
