@@ -317,7 +317,24 @@ def check(seed: int, cases: int) -> dict:
 
     one()
     tallies["fast_taken"] = fast_path_share(seed)
+    tallies["stop_ids_follow_a_new_tokenizer"] = stop_ids_follow_a_new_tokenizer()
     return tallies
+
+
+def stop_ids_follow_a_new_tokenizer() -> dict:
+    """The fast path's per-request stop-id set is rebuilt when a source is replaced: a request whose tokenizer
+    is swapped after a step (its EOS now 9) still stops at 9 inside a block, as the replay does."""
+    got = {}
+    for fast in (False, True):
+        set_fast_path(fast)
+        req = make_request({"max_new_tokens": 100})
+        req.output_ids.extend([97, 98, 99])
+        req.update_finish_state(3)  # builds the cache with the first tokenizer
+        req.tokenizer = types.SimpleNamespace(**{**vars(tokenizer()), "eos_token_id": 9})
+        req.output_ids.extend([97, 9, 98])
+        req.update_finish_state(3)
+        got["fast" if fast else "replay"] = outcome(req)
+    return got
 
 
 def fast_path_share(seed: int) -> float:

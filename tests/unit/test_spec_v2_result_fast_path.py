@@ -42,3 +42,10 @@ def test_cases_finish_inside_a_block_by_every_kind_of_finish(facts: dict) -> Non
 def test_fast_path_answers_every_block_that_cannot_finish(facts: dict) -> None:
     """A long request with a stop id that never comes: every multi-token step skips the replay (the cut)."""
     assert facts["fast_taken"] == 1.0
+
+
+def test_the_stop_id_set_is_rebuilt_when_the_tokenizer_changes(facts: dict) -> None:
+    """The set is cached per request: swapping the tokenizer after a step must still stop at its EOS."""
+    got = facts["stop_ids_follow_a_new_tokenizer"]
+    assert got["replay"]["finished_len"] == 5 and got["replay"]["returned"] == [97, 98, 99, 97, 9]
+    assert got["fast"] == got["replay"]
