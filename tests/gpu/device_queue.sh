@@ -47,7 +47,9 @@
 #                   exactly, and its host time eager vs replayed (issue 25)
 #   commit-graph    tests/gpu/test_overlap_commit_graph_gpu.py: DDTREE's v2 commit stage (SGLANG_DFLASH_OVERLAP=1,
 #                   patch ddtree-overlap-commit-graph) replayed = eager, outputs and KV moves; host time (issue 25)
-#   stacks          (timing) profile_step --stacks: host time per Python function, DDTREE-16, context 256
+#   stacks          (timing) profile_step --stacks: host time per Python function, $STACKS_MODES (DDTREE-16),
+#                   context 256; STACKS_MODES=ddtree-16@overlap-tbt,ddtree-16@overlap: the v2 result path with
+#                   patch 0030's finish fast path off and on (process_batch_result)
 #   stacks-c32      (timing) the same with 32 requests at once: host time per Python function of a batched step
 #                   (issue 25's concurrency-32 goal: a DDTREE-16 step there was 17.5 ms against none's 2.7)
 #   profile         (timing) profile_step over $PROFILE_MODES x $PROFILE_CONTEXTS (issues 25, 26)
@@ -77,6 +79,7 @@ PAIRED_MODES=${PAIRED_MODES:-ddtree-16@eager,ddtree-16} PAIRED_CONTEXTS=${PAIRED
 PAIRED_ROUNDS=${PAIRED_ROUNDS:-8}
 PROFILE_MLA_MODES=${PROFILE_MLA_MODES:-ddtree-8,ddtree-8@eager,dflash,none}
 OVERLAP_ALGORITHM=${OVERLAP_ALGORITHM:-DDTREE}
+STACKS_MODES=${STACKS_MODES:-ddtree-16}
 TIMING_JOBS=" stacks stacks-c32 profile profile-c32 paired options core-bench verify-bench profile-mla "
 PAIRLESS_JOBS=" core-bench verify-bench profile-mla "
 GRAPHS_ENV=(SGLANG_DFLASH_STEP_GRAPHS=1 SGLANG_DDTREE_FAST_METADATA=1)
@@ -135,7 +138,7 @@ run_job() {
     tree-graph) timeout "$limit" python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_tree_stage_graph_gpu.py ;;
     commit-graph) timeout "$limit" python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_overlap_commit_graph_gpu.py ;;
     stacks) timeout "$limit" python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/stacks" --stacks \
-              --modes ddtree-16 --contexts 256 --steps 8 ;;
+              --modes "$STACKS_MODES" --contexts 256 --steps 8 ;;
     stacks-c32) timeout "$limit" python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/stacks-c32" \
                   --stacks --modes ddtree-16 --contexts 256 --steps 6 --profile-concurrency 32 ;;
     profile-c32) timeout "$limit" python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/profile-c32" \

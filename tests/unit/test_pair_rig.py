@@ -722,11 +722,16 @@ def test_mode_variants_serve_with_their_switch_and_the_same_settings(monkeypatch
         assert os.environ["SGLANG_DFLASH_OVERLAP"] == "1"
         assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "1"
         assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "1"
+        assert os.environ["SGLANG_SPEC_V2_RESULT_FAST_PATH"] == "1"  # patch 0030's finish fast path, served
+    with serve_bench.step_environment("ddtree-16@overlap-tbt"):  # overlap, the finish checked token by token
+        assert os.environ["SGLANG_DFLASH_OVERLAP"] == "1"
+        assert os.environ["SGLANG_SPEC_V2_RESULT_FAST_PATH"] == "0"
+        assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "1"
     assert "SGLANG_DFLASH_FAST_STEP" not in os.environ
     assert "SGLANG_DDTREE_FAST_METADATA" not in os.environ
     assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "0"
     assert os.environ["SGLANG_DFLASH_OVERLAP"] == "1"
-    known = "eager, extend, graphs, meta, overlap, splitkv, upstream"
+    known = "eager, extend, graphs, meta, overlap, overlap-tbt, splitkv, upstream"
     with pytest.raises(ValueError, match=rf"@fast.*known: {known}"):
         serve_bench.server_settings("ddtree-16@fast")
 

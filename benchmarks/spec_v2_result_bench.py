@@ -1,0 +1,63 @@
+"""CPU micro-benchmark of the scheduler's result processing for one spec-v2 DFLASH/DDTREE step (issue 25).
+
+Runs tests/unit/spec_v2_result_probe.py in the patched CPU SGLang environment (built on first use, as the unit
+tests build it) and prints microseconds per step, before (0024's token-by-token finish check:
+SPEC_V2_RESULT_FAST_PATH off) and after (patch spec-v2-result-fast-path) side by side, measured interleaved
+in one process. Two levels: `finish` is the finish check alone (every request's `output_ids.extend` and
+`update_finish_state`), `decode` the whole `process_batch_result_decode` (the real result processor and
+output streamer; metrics, allocator and the detokenizer socket stood in, the payload pickled).
+
+    .venv/bin/python -m benchmarks.spec_v2_result_bench [--repeats 200] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PROBE = REPO / "tests" / "unit" / "spec_v2_result_probe.py"
+
+
+def table(result: dict) -> str:
+    """One markdown row per (scenario, batch size, level): old/new us for accepted lengths 1..8."""
+    rows: dict[tuple[str, int, str], dict[int, tuple[float, float]]] = {}
+    for row in result["rows"]:
+        for level in ("finish", "decode"):
+            if f"{level}_old_us" in row:
+                key = (row["scenario"], row["bs"], level)
+                rows.setdefault(key, {})[row["n"]] = (row[f"{level}_old_us"], row[f"{level}_new_us"])
+    head = "| scenario | bs | level | " + " | ".join(f"n={n} old/new" for n in range(1, 9)) + " |"
+    lines = [head, "|" + "---|" * (3 + 8)]
+    for (scenario, bs, level), cells in rows.items():
+        values = " | ".join(f"{cells[n][0]:.1f} / {cells[n][1]:.1f}" for n in range(1, 9))
+        lines.append(f"| {scenario} | {bs} | {level} | {values} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=200, help="interleaved old/new repeats per cell")
+    parser.add_argument("--json", type=Path, help="also write the probe's JSON here")
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    sys.path[:0] = [str(REPO), str(REPO / "build"), str(REPO / "entrypoint")]
+    from tests.unit.test_ddtree_sglang import run_probe, sglang_cpu_path
+
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    result = run_probe(
+        PROBE, "SPEC-V2-RESULT-BENCH", sglang_cpu_path.__wrapped__(), "bench", str(args.repeats), env=env
+    )
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    repeats = result["repeats"]
+    print(f"us per step, median of {repeats} interleaved repeats (old = token by token, new = fast path)")
+    print(table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
