@@ -13,7 +13,7 @@ Columns (microseconds per step, CUDA events; eager includes the host's launch ti
            temperature 1 only, sampled first (SGLANG_DDTREE_SAMPLE_FIRST=1: an exponential race per row,
            greedy walk)
   s_coin   the same on the coin walk (SGLANG_DDTREE_SAMPLE_FIRST=0: walk with coins, residual bonus draw);
-           the served default (auto) takes s_temp's path up to 32 verify rows (bs * (budget + 1)), s_coin's
+           the served default (auto) takes s_temp's path up to 48 verify rows (bs * (budget + 1)), s_coin's
            beyond: the crossover of the two columns on the H200 (sitting 2026-12-02g)
   s_topp   the same with top-p 0.95 (Kimi K2.6's usual setting)
   s_kpm    the same with top-k 40, top-p 0.9, min-p 0.05, top-p after top-k (flashinfer's min-p order)

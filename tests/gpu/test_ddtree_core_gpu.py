@@ -195,7 +195,7 @@ def torch_sampling(du: ModuleType, tree, logits, params, coins, final, renorm: b
 
 
 TRITON_SAMPLING_ENV = "SGLANG_DDTREE_TRITON_SAMPLING"
-SAMPLE_FIRST_ENV = "SGLANG_DDTREE_SAMPLE_FIRST"  # plain temperature: auto (race up to 32 rows), 1, 0
+SAMPLE_FIRST_ENV = "SGLANG_DDTREE_SAMPLE_FIRST"  # plain temperature: auto (race up to 48 rows), 1, 0
 
 
 @pytest.fixture

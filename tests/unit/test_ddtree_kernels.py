@@ -866,7 +866,7 @@ def test_band_decides_cuts_deep_in_the_bulk(kernel_package: Path, sglang_cpu_pat
         assert result["deep_decided"] >= 3, (case, result)
 
 
-# Plain temperature sampled first (SGLANG_DDTREE_SAMPLE_FIRST; auto: up to 32 rows): 1. with explicit
+# Plain temperature sampled first (SGLANG_DDTREE_SAMPLE_FIRST; auto: up to 48 rows): 1. with explicit
 # Exp(1) noise the kernels equal the race in torch (argmax z - log E per row) then greedy verification on
 # those draws, over three tiles, padding nodes, tied logits and bs > 1; 2. the Philox noise is keyed by the
 # coins (same coins, same output); 3. one small tree with tied logits over 1500 requests: the (last row,
@@ -986,7 +986,7 @@ for name, (acc_len, acc_idx, bonus) in outputs.items():
 result["distribution"] = counts
 
 # 4. The path plain temperature takes by default: SGLANG_DDTREE_SAMPLE_FIRST auto (unset: the same) samples
-# first up to 32 verify rows, 1 always, 0 never; anything else is refused by name.
+# first up to 48 verify rows, 1 always, 0 never; anything else is refused by name.
 import os
 switches = {}
 for switch in (None, "auto", "1", "0", " Auto ", "yes"):
@@ -994,11 +994,11 @@ for switch in (None, "auto", "1", "0", " Auto ", "yes"):
     if switch is not None:
         os.environ["SGLANG_DDTREE_SAMPLE_FIRST"] = switch
     try:
-        switches[repr(switch)] = [dk.sample_first_for(rows) for rows in (1, 17, 32, 33, 1088)]
+        switches[repr(switch)] = [dk.sample_first_for(rows) for rows in (1, 17, 48, 49, 1088)]
     except ValueError as exc:
         switches[repr(switch)] = str(exc)
 os.environ.pop("SGLANG_DDTREE_SAMPLE_FIRST", None)
-# sample_first None follows the rows: bs 1 at budget 16 (17 rows) is the race, bs 2 (34 rows) the coin walk;
+# sample_first None follows the rows: bs 1 at budget 16 (17 rows) is the race, bs 3 (51 rows) the coin walk;
 # the other path's output differs for some of the same coins, so a wrong choice shows.
 def default_path(bs, trials=6):
     follows, differs = 0, 0
@@ -1008,11 +1008,11 @@ def default_path(bs, trials=6):
         got = run(tree, logits, temps, 3, coins, final)
         race = run(tree, logits, temps, 3, coins, final, sample_first=True)
         walk = run(tree, logits, temps, 3, coins, final, sample_first=False)
-        chosen, other = (race, walk) if bs * 17 <= 32 else (walk, race)
+        chosen, other = (race, walk) if bs * 17 <= 48 else (walk, race)
         follows += all(torch.equal(x, y) for x, y in zip(got, chosen))
         differs += not all(torch.equal(x, y) for x, y in zip(got, other))
     return {"follows": follows, "differs": differs, "trials": trials}
-result["dispatch"] = {"switches": switches, "bs1": default_path(1), "bs2": default_path(2)}
+result["dispatch"] = {"switches": switches, "bs1": default_path(1), "bs3": default_path(3)}
 print("SAMPLE-FIRST " + json.dumps(result))
 """
 
@@ -1047,8 +1047,8 @@ def test_sample_first_outcomes_follow_the_exact_distribution(sample_first_result
 
 
 def test_sample_first_switch_reads_auto_one_or_zero(sample_first_results: dict) -> None:
-    """auto (also unset, any case and spacing): the race up to 32 verify rows (the H200 crossover), the coin
-    walk beyond; 1 and 0 force one path; any other value is a clear error that names the variable."""
+    """auto (also unset, any case and spacing): the race up to 48 verify rows (below the H200 crossover), the
+    coin walk beyond; 1 and 0 force one path; any other value is a clear error that names the variable."""
     switches = sample_first_results["dispatch"]["switches"]
     auto = [True, True, True, False, False]
     assert switches["None"] == switches["'auto'"] == switches["' Auto '"] == auto, switches
@@ -1056,7 +1056,7 @@ def test_sample_first_switch_reads_auto_one_or_zero(sample_first_results: dict) 
     assert "SGLANG_DDTREE_SAMPLE_FIRST='yes'" in switches["'yes'"] and "auto" in switches["'yes'"], switches
 
 
-@pytest.mark.parametrize("bs", ["bs1", "bs2"])
+@pytest.mark.parametrize("bs", ["bs1", "bs3"])
 def test_plain_temperature_takes_the_path_its_rows_choose(sample_first_results: dict, bs: str) -> None:
     result = sample_first_results["dispatch"][bs]
     assert result["follows"] == result["trials"], result
