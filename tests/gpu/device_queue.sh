@@ -162,7 +162,8 @@ run_job() {
 lane_servers() {
   local pattern=${SERVER_PATTERN:-sglang[.]launch_server|sglang::} pid
   for pid in $(pgrep -f "$pattern"); do
-    tr '\0' '\n' < "/proc/$pid/environ" 2> /dev/null | grep -qx "GPU_QUEUE_LANE=$QUEUE_LANE" && echo "$pid"
+    # a process that ended since pgrep: quiet (the redirection's own error comes before a 2> after it)
+    { tr '\0' '\n' < "/proc/$pid/environ"; } 2> /dev/null | grep -qx "GPU_QUEUE_LANE=$QUEUE_LANE" && echo "$pid"
   done
 }
 
