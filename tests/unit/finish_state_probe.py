@@ -60,9 +60,9 @@ def plain(settings: dict, tokens: list[int]) -> tuple[dict, int]:
     return finish(req), len(tokens)
 
 
-def spec_v2(settings: dict, tokens: list[int], steps: list[int]) -> dict:
-    """The spec-v2 result path: each step's accepted tokens appended at once, then one update_finish_state."""
-    req = make_request(settings)
+def append_steps(req, tokens: list[int], steps: list[int]) -> None:
+    """The spec-v2 result path of one request: each step's accepted tokens appended at once, then one
+    update_finish_state (also spec_v2_result_probe's)."""
     start = 0
     for size in steps:
         chunk = tokens[start : start + size]
@@ -71,6 +71,11 @@ def spec_v2(settings: dict, tokens: list[int], steps: list[int]) -> dict:
         req.output_ids.extend(chunk)
         req.update_finish_state(len(chunk))
         start += size
+
+
+def spec_v2(settings: dict, tokens: list[int], steps: list[int]) -> dict:
+    req = make_request(settings)
+    append_steps(req, tokens, steps)
     return finish(req)
 
 

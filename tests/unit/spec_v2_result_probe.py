@@ -24,6 +24,8 @@ import traceback
 import types
 from array import array
 
+from finish_state_probe import append_steps  # run as a script: tests/unit is on sys.path
+
 EOS = 0  # the tokenizer's
 MODEL_EOS = 2  # the model config's (Req.eos_token_ids)
 EXTRA_STOP = 4  # the tokenizer's additional stop ids
@@ -75,14 +77,7 @@ def run_steps(settings: dict, tokens: list[int], steps: list[int], fast: bool) -
     """The spec-v2 result path of one request: each step's block appended, then one update_finish_state."""
     set_fast_path(fast)
     req = make_request(settings)
-    start = 0
-    for size in steps:
-        block = tokens[start : start + size]
-        if not block or req.finished():
-            break
-        req.output_ids.extend(block)
-        req.update_finish_state(len(block))
-        start += size
+    append_steps(req, tokens, steps)
     return outcome(req)
 
 
