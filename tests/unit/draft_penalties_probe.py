@@ -98,6 +98,11 @@ def reference_case() -> dict:
             part = split[rows, cols].clone()
             adjust_draft_logits(part, adjustment, row_start=first * DEPTH, col_start=cols.start)
             split[rows, cols] = part
+    padded = torch.cat(
+        [logits, torch.randn(bs * DEPTH, 3, generator=gen)], dim=1
+    )  # an LM head past the vocab
+    padded_got = padded.clone()
+    adjust_draft_logits(padded_got, adjustment)
     misaligned = None
     try:
         adjust_draft_logits(logits[1 : 1 + DEPTH].clone(), adjustment, row_start=1)
@@ -106,6 +111,9 @@ def reference_case() -> dict:
     return {
         "per_request": per_request,
         "split_equal": bool(torch.equal(split, got)),
+        "padded_equal": bool(
+            torch.equal(padded_got[:, :VOCAB], got) and torch.equal(padded_got[:, VOCAB:], padded[:, VOCAB:])
+        ),
         "misaligned_refused": misaligned,
     }
 

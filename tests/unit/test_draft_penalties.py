@@ -40,9 +40,10 @@ def test_adjusted_draft_logits_equal_the_options_applied_by_hand_from_the_counts
 
 def test_shards_and_request_chunks_give_the_same_logits_as_the_whole_batch(facts: dict) -> None:
     """The TP path: column shards (col_start) and chunks of whole requests (row_start); a chunk that cuts a
-    request is refused."""
+    request is refused; LM-head columns past the tables' vocabulary are left as they are."""
     got = facts["reference"]
     assert got["split_equal"], got
+    assert got["padded_equal"], got
     assert got["misaligned_refused"] and "whole requests" in got["misaligned_refused"], got
 
 
