@@ -9,13 +9,18 @@ sees the running state at the root. The probe is tests/unit/draft_penalties_prob
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
+from ddtree_build.paths import REPO_ROOT
 
+from tests.unit.test_ddtree_kernels import run_script
 from tests.unit.test_ddtree_sglang import run_probe, sglang_cpu_path  # noqa: F401  (fixture)
 
 PROBE = Path(__file__).with_name("draft_penalties_probe.py")
+TREE_PENALTIES = "sglang/srt/speculative/tree_penalties.py"
 
 
 @pytest.fixture(scope="module")
@@ -89,3 +94,50 @@ def test_greedy_decoding_with_the_adjusted_drafter_equals_plain_decoding_and_acc
     adjusted, unadjusted = facts["decode"][f"{mode}_adjusted"], facts["decode"][f"{mode}_unadjusted"]
     assert all(adjusted["equal"]) and all(unadjusted["equal"]), facts["decode"]
     assert adjusted["tokens_per_verify"] > unadjusted["tokens_per_verify"] * 1.05, facts["decode"]
+
+
+KERNEL_CHECK = r"""
+import json, sys
+import torch
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests/unit"]  # the repository root: the probe's batches
+from ddt import tree_penalties as tp
+import draft_penalties_probe as probe
+
+batch = probe.mixed_batch()
+bs, depth, vocab = len(probe.MIXED), probe.DEPTH, probe.VOCAB
+adjustment = tp.draft_adjustment(batch.sampling_info, torch.tensor(probe.ROOTS), depth)
+logits = torch.randn(bs * depth, vocab, generator=torch.Generator().manual_seed(4)) * 3
+outs = {}
+for forced in (False, True):
+    tp._kernel_applies = lambda logits, tables, forced=forced: forced
+    whole = logits.clone()
+    tp.adjust_draft_logits(whole, adjustment)
+    split = logits.clone()
+    for first in range(0, bs, 2):  # views: rows wider than their shard, tables sliced by request and column
+        for start, end in ((0, 17), (17, vocab)):
+            view = split[first * depth : (first + 2) * depth, start:end]
+            tp.adjust_draft_logits(view, adjustment, row_start=first * depth, col_start=start)
+    outs[forced] = (whole, split)
+bits = lambda t: t.contiguous().view(torch.int32)
+print("DRAFT-KERNEL " + json.dumps({
+    "whole_bit_equal": bool(torch.equal(bits(outs[True][0]), bits(outs[False][0]))),
+    "split_bit_equal": bool(torch.equal(bits(outs[True][1]), bits(outs[False][0]))),
+    "changed_rows": int((outs[True][0] != logits).any(dim=1).sum()),
+}))
+"""
+
+
+def test_the_running_kernel_gives_the_torch_paths_draft_logits_on_sliced_tables(
+    tmp_path_factory: pytest.TempPathFactory,
+    sglang_cpu_path: str,  # noqa: F811
+) -> None:
+    """On CUDA adjust_draft_logits runs the running-penalties Triton kernel (patch ddtree-request-options) on
+    tables sliced by request and column and on logits views wider than their shard: in Triton's interpreter it
+    equals the torch path bit for bit, whole and split (the request without options keeps its rows)."""
+    package = tmp_path_factory.mktemp("draft") / "ddt"  # the patched tree_penalties.py (0011 + 0031) alone
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    shutil.copy(Path(sglang_cpu_path.split(os.pathsep)[0]) / TREE_PENALTIES, package / "tree_penalties.py")
+    got = run_script(KERNEL_CHECK, "DRAFT-KERNEL", package, sglang_cpu_path, interpret=True, timeout=900,
+                     args=[str(REPO_ROOT)])  # fmt: skip
+    assert got == {"whole_bit_equal": True, "split_bit_equal": True, "changed_rows": 12}, got
