@@ -43,17 +43,20 @@ MODES = ("none", "dflash", "ddtree-8", "ddtree-16", "ddtree-32")
 # 2026-12-01); @graphs: both on, whatever the default; ddtree-16@meta: patch 0013 alone; dflash@overlap:
 # overlap scheduling with the spec-v2 step, patches 0019-0022, off by default (ddtree-16@overlap: DDTREE's
 # tree step, patch 0022); @overlap-tbt: overlap with patch 0030's result fast path off, every accepted block's
-# finish checked token by token as patch 0024 alone did). Every switch is set explicitly for every server, to
-# the served default unless the variant says.
+# finish checked token by token as patch 0024 alone did); @nodraftpen: the drafter without the request's
+# penalties, logit_bias and min_new_tokens (patch 0031 off: SGLANG_DDTREE_DRAFT_PENALTIES=0), for
+# options_acceptance's with/without (issue 28). Every switch is set explicitly for every server, to the served
+# default unless the variant says.
 FAST_STEP_ENV = "SGLANG_DFLASH_FAST_STEP"
 SPLITKV_ENV = "SGLANG_DDTREE_SPLITKV_VERIFY"
 STEP_GRAPHS_ENV = "SGLANG_DFLASH_STEP_GRAPHS"
 FAST_METADATA_ENV = "SGLANG_DDTREE_FAST_METADATA"
 OVERLAP_ENV = "SGLANG_DFLASH_OVERLAP"
 RESULT_FAST_PATH_ENV = "SGLANG_SPEC_V2_RESULT_FAST_PATH"
+DRAFT_PENALTIES_ENV = "SGLANG_DDTREE_DRAFT_PENALTIES"
 STEP_DEFAULTS = {
     FAST_STEP_ENV: "1", SPLITKV_ENV: "1", STEP_GRAPHS_ENV: "1", FAST_METADATA_ENV: "1", OVERLAP_ENV: "0",
-    RESULT_FAST_PATH_ENV: "1",
+    RESULT_FAST_PATH_ENV: "1", DRAFT_PENALTIES_ENV: "1",
 }  # fmt: skip
 VARIANTS = {
     "upstream": {FAST_STEP_ENV: "0", SPLITKV_ENV: "0", STEP_GRAPHS_ENV: "0", FAST_METADATA_ENV: "0"},
@@ -64,6 +67,7 @@ VARIANTS = {
     "meta": {STEP_GRAPHS_ENV: "0", FAST_METADATA_ENV: "1"},
     "overlap": {OVERLAP_ENV: "1"},
     "overlap-tbt": {OVERLAP_ENV: "1", RESULT_FAST_PATH_ENV: "0"},
+    "nodraftpen": {DRAFT_PENALTIES_ENV: "0"},
 }
 BLOCK = 8  # served block size (the profile's --speculative-num-draft-tokens)
 TOPK = 4

@@ -56,7 +56,9 @@
 #   profile-c32     (timing) profile_step of ddtree-16 and none at context 256 with 32 requests at once
 #   paired          (timing) paired_step: $PAIRED_MODES (A,B) from two servers up at once, $PAIRED_ROUNDS rounds
 #                   A,B,B,A at $PAIRED_CONTEXTS; step ms, tok/s and the per-round ratio B/A (issue 25)
-#   options         (timing) options_acceptance: acceptance with request options on the pair (issue 28)
+#   options         (timing) options_acceptance: acceptance with request options on the pair (issue 28) over
+#                   $OPTIONS_MODES: ddtree-16 (the drafter sees the request's penalties, patch 0031) beside
+#                   ddtree-16@nodraftpen (SGLANG_DDTREE_DRAFT_PENALTIES=0, the drafter as before)
 #   core-bench      (timing) benchmarks/ddtree_core_bench.py: the sampling kernels' goals table (issue 27;
 #                   s_temp sampled first, s_coin the coin walk beside it)
 #   verify-bench    (timing) device_ddtree.sh verify: the split-KV verify attention's GPU tests, its kernel table
@@ -80,6 +82,7 @@ PAIRED_ROUNDS=${PAIRED_ROUNDS:-8}
 PROFILE_MLA_MODES=${PROFILE_MLA_MODES:-ddtree-8,ddtree-8@eager,dflash,none}
 OVERLAP_ALGORITHM=${OVERLAP_ALGORITHM:-DDTREE}
 STACKS_MODES=${STACKS_MODES:-ddtree-16}
+OPTIONS_MODES=${OPTIONS_MODES:-none,ddtree-16,ddtree-16@nodraftpen}
 TIMING_JOBS=" stacks stacks-c32 profile profile-c32 paired options core-bench verify-bench profile-mla "
 PAIRLESS_JOBS=" core-bench verify-bench profile-mla "
 GRAPHS_ENV=(SGLANG_DFLASH_STEP_GRAPHS=1 SGLANG_DDTREE_FAST_METADATA=1)
@@ -148,7 +151,7 @@ run_job() {
     paired) timeout "$limit" python3 -m benchmarks.pair.paired_step --pair "$PAIR" --out "$RUNS/paired" \
               --paired "$PAIRED_MODES" --contexts "$PAIRED_CONTEXTS" --rounds "$PAIRED_ROUNDS" ;;
     options) timeout "$limit" python3 -m benchmarks.pair.options_acceptance --pair "$PAIR" --out "$RUNS/options" \
-               --modes none,ddtree-16 ;;
+               --modes "$OPTIONS_MODES" ;;
     core-bench) timeout "$limit" python3 benchmarks/ddtree_core_bench.py --json "$OUT/core_bench.json" ;;
     verify-bench) timeout "$limit" env OUT="$OUT/verify-bench" bash tests/gpu/device_ddtree.sh verify ;;
     profile-mla) timeout "$limit" python3 -m benchmarks.pair.profile_step --smoke-arch mla --out "$RUNS/profile-mla" \

@@ -189,3 +189,30 @@ def test_a_packed_pair_unpacks_byte_for_byte_and_a_damaged_part_is_refused(tmp_p
     damaged = unpack(tmp_path / "damaged")
     assert damaged.returncode != 0 and "FAILED" in damaged.stdout + damaged.stderr
     assert not (tmp_path / "damaged").exists() and not (tmp_path / "done").exists()
+
+
+def test_the_options_job_measures_the_drafter_with_and_without_the_request_options(tmp_path: Path) -> None:
+    """Issue 28: `options` runs options_acceptance over $OPTIONS_MODES, by default ddtree-16 (the drafter sees
+    the request's penalties, patch 0031) beside ddtree-16@nodraftpen (SGLANG_DDTREE_DRAFT_PENALTIES=0) and
+    plain decoding; OPTIONS_MODES replaces the list. A stand-in python3 records the command."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text('#!/bin/bash\necho "$*" >> "$ARGS_LOG"\n')
+    (bin_dir / "python3").chmod(0o755)
+    (tmp_path / "train.done").write_text("0\n")
+    (tmp_path / "pair").mkdir()
+    (tmp_path / "pair" / "eval_prompts.json").write_text("{}")
+    log = tmp_path / "args.txt"
+    path = f"{bin_dir}:{os.environ['PATH']}"
+    done = run_queue(tmp_path, "options", PATH=path, ARGS_LOG=str(log))
+    assert done.returncode == 0, done.stderr
+    done = run_queue(
+        tmp_path, "options", PATH=path, ARGS_LOG=str(log), OPTIONS_MODES="dflash,dflash@nodraftpen"
+    )
+    assert done.returncode == 0, done.stderr
+    pair, runs = tmp_path / "pair", tmp_path / "runs" / "options"
+    command = f"-m benchmarks.pair.options_acceptance --pair {pair} --out {runs}"
+    assert log.read_text().splitlines() == [
+        f"{command} --modes none,ddtree-16,ddtree-16@nodraftpen",
+        f"{command} --modes dflash,dflash@nodraftpen",
+    ]
