@@ -11,8 +11,17 @@
 #   - issue 26: the verify bench first (63 s; needs no pair), then paired none vs DDTREE-16 at 256..8192, so
 #     the kernel table and the served figures share one sitting;
 #   - issue 28: options acceptance with and without the drafter's penalties (ddtree-16@nodraftpen);
-#   - issue 25: what remains goes to the sitting after, on this pair kept (`device_pair.sh pack-pair` in the
-#     last two calls: PAIR=/tmp/pair-long, parts into .device/pair-long/ here).
+#   - issue 25: what remains goes to the sitting after, on this pair kept. The last two calls (after
+#     sitting.done; the pair is about 71 MB in 15 MiB parts, more than one call brings back):
+#       PAIR=/tmp/pair-long OUT=/tmp/pp bash tests/gpu/device_pair.sh pack-pair &&
+#         cp /tmp/pp/pair/pair.tar.sha256 /tmp/pp/pair/pair.tar.0[0-2] "$OUT"/
+#       cp /tmp/pp/pair/pair.tar.0[3-9] "$OUT"/
+#     and here: copy both calls' files into the ignored .device/pair-long/ (benchmarks/pair/README.md).
+#   - issue 25, the sitting after (PAIR_PARTS=... unpack-pair instead of the training): PROFILE_MODES=
+#     ddtree-16@overlap,ddtree-16,none PROFILE_CONTEXTS=256,1024 profile (the idle share; why the v2 step grows
+#     1.94 -> 3.15 ms from 256 to 1024), paired none vs dflash@overlap, the serve bench at concurrency 32 with
+#     none,dflash@overlap,ddtree-16@overlap (device_pair.sh serve, SERVE_ARGS="--contexts 256 --concurrency 1,32
+#     --temperatures 0").
 cd /tmp/proj || exit 1
 END=${END:-1450}
 source tests/gpu/sitting_lib.sh
