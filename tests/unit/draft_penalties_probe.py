@@ -360,9 +360,7 @@ def _drafted_verify_once(
     """One verify step on the Markov target (request_options_probe's), the drafter being the unpenalised
     target plus noise, one depth after another from the previous depth's argmax; with `adjust` each depth's
     draft logits get the step's root-state adjustment (draft_adjustment / adjust_draft_logits) first."""
-    from sglang.srt.model_executor.forward_batch_info import ForwardMode
     from sglang.srt.speculative import ddtree_info, dflash_info
-    from sglang.srt.speculative.ddtree_utils import build_ddtree, verify_input_ids
     from sglang.srt.speculative.tree_penalties import adjust_draft_logits, draft_adjustment
 
     ddtree_info.assign_req_to_token_pool_func = base._assign_req_to_token_reference
@@ -383,39 +381,7 @@ def _drafted_verify_once(
             dist = rows.view(bs, DEPTH, vocab)[:, d]
         logp.append(torch.log_softmax(dist, dim=-1))
         chain.append(dist.argmax(dim=-1))
-    if mode == "ddtree":
-        tree = build_ddtree(torch.stack(logp, dim=1), budget, topk)
-        size = budget + 1
-        spec = ddtree_info.DDTreeVerifyInput(
-            draft_token=verify_input_ids(tree, roots).reshape(-1),
-            positions=torch.zeros(bs * size, dtype=torch.long),
-            draft_token_num=size,
-            tree=tree,
-        )
-    else:
-        size = DEPTH + 1
-        spec = dflash_info.DFlashVerifyInput(
-            draft_token=torch.stack(chain, dim=1).reshape(-1),
-            positions=torch.zeros(bs * size, dtype=torch.long),
-            draft_token_num=size,
-        )
-    seq_lens = torch.full((bs,), 10, dtype=torch.int64)
-    batch.forward_mode = ForwardMode.TARGET_VERIFY
-    batch.batch_size = lambda n=bs: n
-    batch.out_cache_loc = torch.arange(bs * size, dtype=torch.int64)
-    batch.token_to_kv_pool_allocator = types.SimpleNamespace(free=lambda x: None)
-    batch.req_pool_indices = torch.arange(bs)
-    batch.req_to_token_pool = types.SimpleNamespace(req_to_token=torch.zeros((bs, 64), dtype=torch.int64))
-    batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum = (
-        seq_lens.clone(),
-        seq_lens.clone(),
-        int(seq_lens.sum()),
-    )
-    output = types.SimpleNamespace(
-        next_token_logits=table[spec.draft_token].clone(), hidden_states=torch.zeros(bs * size, 2)
-    )
-    _, _, _, correct = spec.verify(batch=batch, logits_output=output, page_size=1)
-    return correct
+    return rop.verify_drafts(mode, batch, table, roots, logp, chain, budget, topk)
 
 
 def _decode(mode: str, adjust: bool, seed: int, table: torch.Tensor, firsts: list[int]) -> tuple[list, int]:

@@ -254,9 +254,7 @@ def plain_greedy(settings: dict, first: int, table: torch.Tensor) -> list[int]:
 def _verify_once(mode: str, batch, table: torch.Tensor, gen: torch.Generator) -> list[int]:
     """One verify step for the whole batch on the Markov target: drafts are the unpenalised target's greedy
     chain, perturbed; DDTREE builds a tree of budget 8 (top-k 3, depth 4), DFLASH verifies the chain."""
-    from sglang.srt.model_executor.forward_batch_info import ForwardMode
     from sglang.srt.speculative import ddtree_info, dflash_info
-    from sglang.srt.speculative.ddtree_utils import build_ddtree, verify_input_ids
 
     def assign(req_pool_indices, req_to_token, start, end, out_cache_loc, bs):  # Triton kernel stand-in
         pass
@@ -274,6 +272,19 @@ def _verify_once(mode: str, batch, table: torch.Tensor, gen: torch.Generator) ->
         dist = table[chain[-1]] + torch.randn(bs, vocab, generator=gen) * 1.5
         logp.append(torch.log_softmax(dist, dim=-1))
         chain.append(dist.argmax(dim=-1))
+    return verify_drafts(mode, batch, table, roots, logp, chain, budget, topk)
+
+
+def verify_drafts(
+    mode: str, batch, table: torch.Tensor, roots, logp: list, chain: list, budget: int, topk: int
+):
+    """The verify of one step's drafts on the Markov target (also draft_penalties_probe's): DDTREE's tree of
+    `budget` from the per-depth log-probs, or DFLASH's chain; returns the requests' correct drafts."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.speculative import ddtree_info, dflash_info
+    from sglang.srt.speculative.ddtree_utils import build_ddtree, verify_input_ids
+
+    bs = len(batch.reqs)
     if mode == "ddtree":
         tree = build_ddtree(torch.stack(logp, dim=1), budget, topk)
         size = budget + 1
@@ -284,7 +295,7 @@ def _verify_once(mode: str, batch, table: torch.Tensor, gen: torch.Generator) ->
             tree=tree,
         )
     else:
-        size = depth + 1
+        size = len(chain)
         spec = dflash_info.DFlashVerifyInput(
             draft_token=torch.stack(chain, dim=1).reshape(-1),
             positions=torch.zeros(bs * size, dtype=torch.long),
