@@ -387,27 +387,13 @@ def _drafted_verify_once(
 def _decode(mode: str, adjust: bool, seed: int, table: torch.Tensor, firsts: list[int]) -> tuple[list, int]:
     """(outputs, request verifies) of one batch decoded greedily by DDTREE trees or DFLASH chains."""
     gen = torch.Generator().manual_seed(seed)
-    reqs = [rop._DecodeReq(s, f) for s, f in zip(rop.DECODE_SETTINGS, firsts, strict=True)]
-    batch = rop._batch(reqs)
-    done: dict[int, list[int]] = {}
-    alive = list(range(len(reqs)))
-    verifies = 0
-    while alive:
-        bs = len(batch.reqs)
-        _drafted_verify_once(mode, batch, table, gen, adjust)
-        verifies += bs
-        keep = [i for i, r in enumerate(batch.reqs) if not r.finished()]
-        for i, r in enumerate(batch.reqs):
-            if r.finished():
-                done[alive[i]] = r.output_ids
-        if len(keep) < bs:
-            alive = [alive[i] for i in keep]
-            batch.reqs = [batch.reqs[i] for i in keep]
-            if keep:
-                batch.sampling_info.filter_batch(keep, torch.tensor(keep))
-        if verifies > 8 * rop.MAX_NEW * len(reqs):
-            raise RuntimeError(f"{mode}: no progress after {verifies} request verifies")
-    return [done[i] for i in range(len(reqs))], verifies
+    limit = 8 * rop.MAX_NEW * len(rop.DECODE_SETTINGS)
+    outputs, _, verifies = rop.decode_batch(
+        firsts,
+        lambda batch: _drafted_verify_once(mode, batch, table, gen, adjust),
+        lambda steps, verifies: verifies > limit,
+    )
+    return outputs, verifies
 
 
 def decode_case(seeds: tuple[int, ...]) -> dict:

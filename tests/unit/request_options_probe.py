@@ -323,15 +323,30 @@ def speculative_greedy(mode: str, firsts: list[int], table: torch.Tensor, seed: 
     """The whole batch decoded by DDTreeVerifyInput.verify (trees) or DFlashVerifyInput.verify (chains);
     finished requests leave the batch through SamplingBatchInfo.filter_batch, as the scheduler does."""
     gen = torch.Generator().manual_seed(seed)
+    accepted = 0
+
+    def step(batch) -> None:
+        nonlocal accepted
+        accepted += sum(_verify_once(mode, batch, table, gen))
+
+    outputs, steps, _ = decode_batch(firsts, step, lambda steps, verifies: steps > 4 * MAX_NEW)
+    return {"outputs": outputs, "steps": steps, "accepted": accepted}
+
+
+def decode_batch(firsts: list[int], step, stalled) -> tuple[list[list[int]], int, int]:
+    """(outputs, steps, request verifies) of DECODE_SETTINGS' requests decoded by `step(batch)` until every
+    one finished; finished requests leave the batch through SamplingBatchInfo.filter_batch, as the scheduler
+    does. `stalled(steps, verifies)` true stops it with an error (also draft_penalties_probe's loop)."""
     reqs = [_DecodeReq(s, f) for s, f in zip(DECODE_SETTINGS, firsts, strict=True)]
     batch = _batch(reqs)
     done: dict[int, list[int]] = {}
     alive = list(range(len(reqs)))
-    steps = accepted = 0
+    steps = verifies = 0
     while alive:
         bs = len(batch.reqs)
-        accepted += sum(_verify_once(mode, batch, table, gen))
+        step(batch)
         steps += 1
+        verifies += bs
         keep = [i for i, r in enumerate(batch.reqs) if not r.finished()]
         for i, r in enumerate(batch.reqs):
             if r.finished():
@@ -341,9 +356,9 @@ def speculative_greedy(mode: str, firsts: list[int], table: torch.Tensor, seed: 
             batch.reqs = [batch.reqs[i] for i in keep]
             if keep:
                 batch.sampling_info.filter_batch(keep, torch.tensor(keep))
-        if steps > 4 * MAX_NEW:
-            raise RuntimeError(f"{mode}: no progress after {steps} steps")
-    return {"outputs": [done[i] for i in range(len(reqs))], "steps": steps, "accepted": accepted}
+        if stalled(steps, verifies):
+            raise RuntimeError(f"no progress after {steps} steps ({verifies} request verifies)")
+    return [done[i] for i in range(len(reqs))], steps, verifies
 
 
 CHI_SETTINGS = {
