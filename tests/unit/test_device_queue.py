@@ -70,9 +70,9 @@ def test_servers_a_job_leaves_running_are_stopped_before_the_next_job(tmp_path: 
                 server.kill()
 
 
-def test_paired_job_measures_its_two_modes_from_the_trained_pair(tmp_path: Path) -> None:
-    """The `paired` job's command, with a stand-in python3 on PATH that records its arguments (the real job
-    needs the GPU): ddtree-16@eager against ddtree-16 at context 256 by default, PAIRED_* override."""
+def recording_python(tmp_path: Path) -> tuple[str, Path]:
+    """(PATH, log): a stand-in python3 first on PATH that appends its arguments to $ARGS_LOG (the real jobs
+    need the GPU), a finished training and a pair folder, so a timing job's command can be read back."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python3").write_text('#!/bin/bash\necho "$*" >> "$ARGS_LOG"\n')
@@ -80,8 +80,13 @@ def test_paired_job_measures_its_two_modes_from_the_trained_pair(tmp_path: Path)
     (tmp_path / "train.done").write_text("0\n")
     (tmp_path / "pair").mkdir()
     (tmp_path / "pair" / "eval_prompts.json").write_text("{}")
-    log = tmp_path / "args.txt"
-    path = f"{bin_dir}:{os.environ['PATH']}"
+    return f"{bin_dir}:{os.environ['PATH']}", tmp_path / "args.txt"
+
+
+def test_paired_job_measures_its_two_modes_from_the_trained_pair(tmp_path: Path) -> None:
+    """The `paired` job's command, with a stand-in python3 on PATH that records its arguments (the real job
+    needs the GPU): ddtree-16@eager against ddtree-16 at context 256 by default, PAIRED_* override."""
+    path, log = recording_python(tmp_path)
     assert run_queue(tmp_path, "paired", PATH=path, ARGS_LOG=str(log)).returncode == 0
     override = {"PAIRED_MODES": "dflash,dflash@upstream", "PAIRED_CONTEXTS": "256,4096", "PAIRED_ROUNDS": "4"}
     assert run_queue(tmp_path, "paired", PATH=path, ARGS_LOG=str(log), **override).returncode == 0
@@ -195,15 +200,7 @@ def test_the_options_job_measures_the_drafter_with_and_without_the_request_optio
     """Issue 28: `options` runs options_acceptance over $OPTIONS_MODES, by default ddtree-16 (the drafter sees
     the request's penalties, patch 0031) beside ddtree-16@nodraftpen (SGLANG_DDTREE_DRAFT_PENALTIES=0) and
     plain decoding; OPTIONS_MODES replaces the list. A stand-in python3 records the command."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python3").write_text('#!/bin/bash\necho "$*" >> "$ARGS_LOG"\n')
-    (bin_dir / "python3").chmod(0o755)
-    (tmp_path / "train.done").write_text("0\n")
-    (tmp_path / "pair").mkdir()
-    (tmp_path / "pair" / "eval_prompts.json").write_text("{}")
-    log = tmp_path / "args.txt"
-    path = f"{bin_dir}:{os.environ['PATH']}"
+    path, log = recording_python(tmp_path)
     done = run_queue(tmp_path, "options", PATH=path, ARGS_LOG=str(log))
     assert done.returncode == 0, done.stderr
     done = run_queue(
