@@ -148,6 +148,17 @@ def switch_case() -> dict:
     return out
 
 
+def _draft_block(bs: int, hidden: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, types.SimpleNamespace]:
+    """(hidden rows [bs * DEPTH, hidden], block ids [bs, DEPTH + 1] with ROOTS first, the drafter's output:
+    those rows after a zero row)."""
+    hs = torch.randn(bs * DEPTH, hidden, generator=torch.Generator().manual_seed(seed))
+    block = torch.zeros((bs, DEPTH + 1), dtype=torch.long)
+    block[:, 0] = torch.tensor(ROOTS[:bs])
+    hidden_states = torch.cat([torch.zeros(bs, 1, hidden), hs.view(bs, DEPTH, -1)], 1)
+    out = types.SimpleNamespace(hidden_states=hidden_states)
+    return hs, block, out
+
+
 def _routing_batch(batch, seq: torch.Tensor):
     from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
@@ -207,12 +218,7 @@ def ddtree_routing_case() -> dict:
         calls.update(replay=0, adjust=0)
         worker.draft_penalties = switch
         bs = len(batch.reqs)
-        hs = torch.randn(bs * DEPTH, hidden, generator=torch.Generator().manual_seed(8))
-        block = torch.zeros((bs, DEPTH + 1), dtype=torch.long)
-        block[:, 0] = torch.tensor(ROOTS[:bs])
-        out = types.SimpleNamespace(
-            hidden_states=torch.cat([torch.zeros(bs, 1, hidden), hs.view(bs, DEPTH, -1)], 1)
-        )
+        hs, block, out = _draft_block(bs, hidden, seed=8)
         spec = worker._build_verify_input(
             batch=_routing_batch(batch, seq[:bs]),
             draft_logits_output=out,
@@ -307,12 +313,7 @@ def dflash_routing_case() -> dict:
         calls.update(replay=0, adjust=0)
         worker.draft_penalties = switch
         bs = len(batch.reqs)
-        hs = torch.randn(bs * DEPTH, hidden, generator=torch.Generator().manual_seed(11))
-        block = torch.zeros((bs, DEPTH + 1), dtype=torch.long)
-        block[:, 0] = torch.tensor(ROOTS[:bs])
-        out = types.SimpleNamespace(
-            hidden_states=torch.cat([torch.zeros(bs, 1, hidden), hs.view(bs, DEPTH, -1)], 1)
-        )
+        hs, block, out = _draft_block(bs, hidden, seed=11)
         spec = worker._build_verify_input(
             batch=_routing_batch(batch, torch.full((bs,), 10)),
             draft_logits_output=out,
