@@ -447,10 +447,10 @@ def children_case(params, draws, crumb=False, bs=4, cap=dk._CANDIDATE_CAP):
 
 filters = (torch.tensor([50, 1 << 30]), torch.tensor([0.95, 0.9]), None)
 result["children_temperature_only"] = children_case((None, None, None), 4)
-# the filters' kernels are slow interpreted: two requests, and a cap of 256 (the cut kernel's interpreted cost
-# grows with the cap: the default 2048 took most of this script's time); the residual's children do not
-# depend on which search found the cut
-result["children_filtered"] = children_case(filters, 2, bs=2, cap=256)
+# The filters' kernels are slow interpreted: two requests, one draw and a cap of 256 (the cut kernel's
+# interpreted cost grows with the cap: at the default 2048 this case ran over 7 minutes); which search finds
+# the cut does not change the residual's children.
+result["children_filtered"] = children_case(filters, 1, bs=2, cap=256)
 result["children_crumb"] = children_case((None, None, None), 2, crumb=True)
 print("SAMPLING-CHECK " + json.dumps(result))
 """
@@ -496,10 +496,10 @@ def test_tie_cases_cut_inside_runs_of_ties(sampling_results: dict) -> None:
 def test_sampling_filter_cases_exercise_both_cut_searches(sampling_results: dict) -> None:
     """The candidate sort decides most rows at the default cap; a tiny cap forces the bisection."""
     assert sampling_results["cut_all_filters"]["searched"] < sampling_results["cut_all_filters"]["rows"]
-    assert sampling_results["cut_bisection"]["searched"] >= 12
+    assert sampling_results["cut_bisection"]["searched"] >= 2 * sampling_results["cut_bisection"]["rows"] // 3
     assert sampling_results["cut_temperature_only"]["searched"] == 0
     assert sampling_results["cut_temperature_only"]["kept_sizes"] == [700]
-    assert sampling_results["cut_peaked_tiles"]["skipped_tiles"] >= 40  # of 18 rows x 5 tiles
+    assert sampling_results["cut_peaked_tiles"]["skipped_tiles"] >= 40  # of 12 rows x 5 tiles
     assert sampling_results["cut_peaked_tiles"]["searched"] <= 3  # the hot (T 2) rows overflow a cap of 64
     tied_sizes = sampling_results["cut_ties"]["kept_sizes"]
     assert 1 in tied_sizes and len(tied_sizes) > 5
@@ -727,7 +727,7 @@ def ladders(draw):
     renorm = bool(on[0] and on[1] and draw(st.booleans()))
     return x, params, renorm, draw(st.booleans()), draw(st.sampled_from([1, 2]))
 
-@settings(max_examples=14, deadline=None, derandomize=True, database=None,
+@settings(max_examples=10, deadline=None, derandomize=True, database=None,
           suppress_health_check=list(HealthCheck))
 @given(ladders())
 def check(case):
@@ -958,11 +958,11 @@ def outcome_probs(tree, probs, size, vocab):
                 out[r, v] = reach[r] * probs[r, v]
     return out
 
-# The coin walk (torch) over 1500 requests; the race in the interpreter over the first 600 of them (each
-# request is 7 interpreted programs; 600 still hold more than 300 accepted nodes and 15 expected draws in
-# nearly every outcome).
+# The coin walk (torch) over 1500 requests; the race in the interpreter over the first 300 of them (each
+# request is 7 interpreted programs, about 0.3 s: 1500 took 500 s; the chi-square below still has 5 sigma
+# of room and rejects a wrong table or wrong noise: see the coin walk's and the race's statistics).
 bs, budget, topk, depth, vocab = 1500, 6, 3, 3, 5
-raced = 600
+raced = 300
 lp = torch.tensor([[1.0, 0.5, 0.5, -1.0, -2.0], [0.2, 1.0, 0.2, -0.5, -3.0], [0.0, 0.3, 1.2, 0.3, -1.0]])
 lp = lp.log_softmax(-1).unsqueeze(0)
 one = du.build_ddtree(lp, budget, topk)
@@ -1019,7 +1019,7 @@ os.environ.pop("SGLANG_DDTREE_SAMPLE_FIRST", None)
 # budget 16 (17 rows) the coin walk; the other path's output differs for some of the same coins, so a wrong
 # choice shows.
 dk._SAMPLE_FIRST_ROWS = 16
-def default_path(budget, trials=6):
+def default_path(budget, trials=3):
     bs = 1
     follows, differs = 0, 0
     for _ in range(trials):
@@ -1063,7 +1063,7 @@ def test_sample_first_outcomes_follow_the_exact_distribution(sample_first_result
     result = sample_first_results["distribution"][path]
     assert result["impossible"] == 0, result
     assert result["chi2"] < result["dof"] + 5 * (2 * result["dof"]) ** 0.5, result
-    assert result["accepted"] > 300, result
+    assert result["accepted"] > result["requests"] / 5, result  # 300 of 1500 before the race drew 300
 
 
 def test_sample_first_switch_reads_auto_one_or_zero(sample_first_results: dict) -> None:
