@@ -252,7 +252,7 @@ filters = {  # per request: top_k (1: greedy), top_p, min_p
     "min_p": torch.tensor([0.0, 0.05, 0.0, 0.0, 0.01, 0.1]),
 }
 temps = torch.tensor([1.0, 0.7, 1.3, 2.0, 0.5, 1.0])
-n, vocab = 3, 700
+n, vocab = 2, 700  # two rows a request
 logits = {
     "randn": torch.randn(6 * n, vocab, generator=gen) * 3,
     # bf16-rounded integers: many exactly tied logits, so the cut falls inside runs of ties
@@ -387,26 +387,26 @@ def walk_case(bs, budget, topk, depth, vocab, params, renorm, cap, floor, draws,
 mixed = (torch.tensor([1, 5, 1 << 30, 20]), torch.tensor([1.0, 0.9, 0.7, 0.95]),
          torch.tensor([0.0, 0.05, 0.0, 0.2]))
 result["walk_temperature_only"] = walk_case(2, 8, 4, 7, 300, (None, None, None), False, 64, 2.0**-14, 3)
-result["walk_mixed"] = walk_case(4, 8, 4, 7, 300, mixed, False, 64, 2.0**-14, 3)
-result["walk_mixed_renorm_bisection"] = walk_case(4, 8, 4, 7, 300, mixed, True, 8, 0.3, 2)
+result["walk_mixed"] = walk_case(4, 8, 4, 7, 300, mixed, False, 64, 2.0**-14, 2)
+result["walk_mixed_renorm_bisection"] = walk_case(4, 8, 4, 7, 300, mixed, True, 8, 0.3, 1)
 result["walk_top_p_padding"] = walk_case(2, 16, 4, 2, 3, (None, torch.full((2,), 0.9), None), False, 64,
-                                         2.0**-14, 3)
-result["walk_mixed_ties"] = walk_case(4, 8, 4, 7, 300, mixed, False, 64, 2.0**-14, 3, tied=True)
-result["walk_mixed_ties_renorm_bisection"] = walk_case(4, 8, 4, 7, 300, mixed, True, 8, 0.3, 2, tied=True)
-result["walk_mixed_positional"] = walk_case(4, 8, 4, 7, 300, mixed, False, 64, 2.0**-14, 3,
+                                         2.0**-14, 2)
+result["walk_mixed_ties"] = walk_case(4, 8, 4, 7, 300, mixed, False, 64, 2.0**-14, 2, tied=True)
+result["walk_mixed_ties_renorm_bisection"] = walk_case(4, 8, 4, 7, 300, mixed, True, 8, 0.3, 1, tied=True)
+result["walk_mixed_positional"] = walk_case(4, 8, 4, 7, 300, mixed, False, 64, 2.0**-14, 2,
                                             keep_ties=False, tied=True)
 # Three tiles (4096 + 4096 + 808): the residual's tiles without a child of the last row come from the first
 # pass's sums (temperature only) or are skipped when their maximum is cut off (top-k 5 keeps one tile).
 # The favourite raised by 12: the bulk of 9000 tokens still holds a third of the mass at temperature 1.
 result["walk_temperature_only_tiles"] = walk_case(3, 8, 4, 7, 9000, (None,) * 3, False, 64, 0, 4, boost=12.0)
-result["walk_mixed_tiles"] = walk_case(4, 8, 4, 7, 9000, mixed, False, 64, 0.0, 2, boost=12.0)
+result["walk_mixed_tiles"] = walk_case(4, 8, 4, 7, 9000, mixed, False, 64, 0.0, 1, boost=12.0)
 # 3. The last accepted row's children list at budget 32 (N 33, three tiles of 4096, 4096 and 808): the root
 # has six children, two of them invalid (their tokens stay in the residual) and two holding one token (listed
 # once), in every tile; node 0 has fourteen (two invalid), node 6 twelve (one invalid). Coins reject the
 # root's children in half the draws (request 0: always). "crumb": the root row's first tile holds only child
 # 100 (every other logit -inf), so its mass from the first pass's sums less the child's probability is a
 # rounding crumb; the final coin 0 draws from it first, and the draw must move on to the next tile (4096).
-def children_case(params, draws, crumb=False, bs=4):
+def children_case(params, draws, crumb=False, bs=4, cap=dk._CANDIDATE_CAP):
     budget, depth, vocab = 32, 3, 9000
     size = budget + 1
     parents = torch.tensor([-1] * 6 + [0] * 14 + [6] * 12)
@@ -437,7 +437,8 @@ def children_case(params, draws, crumb=False, bs=4):
         tables = dict(mask=mask, path=path, verify_depth=verify_depth)
         want = du.verify_sampling_from_logits(*args, coins=coins, final_coins=final, valid=valid,
                                               max_depth=depth, **tables)
-        got = dk.verify_sampling(*args, coins, final, mask, path, verify_depth, valid, sample_first=False)
+        got = dk.verify_sampling(*args, coins, final, mask, path, verify_depth, valid, sample_first=False,
+                                 candidate_cap=cap)
         same += all(g.dtype == w.dtype and torch.equal(g, w) for g, w in zip(got, want))
         rejected += int((want[0] == 0).sum())
         if crumb:
@@ -446,7 +447,10 @@ def children_case(params, draws, crumb=False, bs=4):
 
 filters = (torch.tensor([50, 1 << 30]), torch.tensor([0.95, 0.9]), None)
 result["children_temperature_only"] = children_case((None, None, None), 4)
-result["children_filtered"] = children_case(filters, 2, bs=2)  # the filters' kernels are slow interpreted
+# The filters' kernels are slow interpreted: two requests, one draw and a cap of 256 (the cut kernel's
+# interpreted cost grows with the cap: at the default 2048 this case ran over 7 minutes); which search finds
+# the cut does not change the residual's children.
+result["children_filtered"] = children_case(filters, 1, bs=2, cap=256)
 result["children_crumb"] = children_case((None, None, None), 2, crumb=True)
 print("SAMPLING-CHECK " + json.dumps(result))
 """
@@ -492,10 +496,10 @@ def test_tie_cases_cut_inside_runs_of_ties(sampling_results: dict) -> None:
 def test_sampling_filter_cases_exercise_both_cut_searches(sampling_results: dict) -> None:
     """The candidate sort decides most rows at the default cap; a tiny cap forces the bisection."""
     assert sampling_results["cut_all_filters"]["searched"] < sampling_results["cut_all_filters"]["rows"]
-    assert sampling_results["cut_bisection"]["searched"] >= 12
+    assert sampling_results["cut_bisection"]["searched"] >= 2 * sampling_results["cut_bisection"]["rows"] // 3
     assert sampling_results["cut_temperature_only"]["searched"] == 0
     assert sampling_results["cut_temperature_only"]["kept_sizes"] == [700]
-    assert sampling_results["cut_peaked_tiles"]["skipped_tiles"] >= 40  # of 18 rows x 5 tiles
+    assert sampling_results["cut_peaked_tiles"]["skipped_tiles"] >= 40  # of 12 rows x 5 tiles
     assert sampling_results["cut_peaked_tiles"]["searched"] <= 3  # the hot (T 2) rows overflow a cap of 64
     tied_sizes = sampling_results["cut_ties"]["kept_sizes"]
     assert 1 in tied_sizes and len(tied_sizes) > 5
@@ -544,7 +548,7 @@ import itertools, json, torch
 from ddt import ddtree_kernels as dk, ddtree_utils as du
 
 gen = torch.Generator().manual_seed(11)
-n, vocab = 2, 4500  # two tiles (4096 + 404): a positional cut's tie can lie in either
+n, vocab = 1, 4500  # two tiles (4096 + 404): a positional cut's tie can lie in either; one row a request
 params = {  # per request: which filter binds differs from row to row
     "top_k": torch.tensor([1, 3, 4300, 2000, 1 << 30, 4400]),
     "top_p": torch.tensor([0.3, 0.9, 0.97, 0.5, 0.999, 0.99]),
@@ -723,7 +727,7 @@ def ladders(draw):
     renorm = bool(on[0] and on[1] and draw(st.booleans()))
     return x, params, renorm, draw(st.booleans()), draw(st.sampled_from([1, 2]))
 
-@settings(max_examples=14, deadline=None, derandomize=True, database=None,
+@settings(max_examples=10, deadline=None, derandomize=True, database=None,
           suppress_health_check=list(HealthCheck))
 @given(ladders())
 def check(case):
@@ -811,20 +815,23 @@ BAND_CHECK = r"""
 import json, torch
 from ddt import ddtree_kernels as dk, ddtree_utils as du
 
-# A language model's shape (the core bench's verify logits): a N(0, 2) bulk of 20000 tokens and 64 tokens
-# raised by up to 12. Where the raised ones hold less than top-p of the mass the cut lies thousands of
-# tokens deep in the bulk: the band of bins around it (not a prefix from the top) decides it.
+# A language model's shape (the core bench's verify logits): a N(0, 2) bulk and one raised token per 312
+# raised by up to 12. Where the raised ones hold less than top-p of the mass the cut lies hundreds to
+# thousands of tokens deep in the bulk, deeper than the cap: the band of bins around it (not a prefix from
+# the top) decides it. The bench's vocabulary of 20000 with a cap of 1024, scaled by 1/4 (the same
+# proportions of bulk, raised tokens, cut depths and cap; two tiles, 4096 + 904): the cut kernel's
+# interpreted cost grows with the cap (70 s a call at 1024).
 gen = torch.Generator().manual_seed(3)
-n, vocab = 4, 20000
+n, vocab, cap = 2, 5000, 256
 x = 2 * torch.randn(4 * n, vocab, generator=gen)
-x.scatter_add_(1, torch.randint(0, vocab, (4 * n, 64), generator=gen),
-          12 * torch.rand(4 * n, 64, generator=gen))
+x.scatter_add_(1, torch.randint(0, vocab, (4 * n, 16), generator=gen),
+          12 * torch.rand(4 * n, 16, generator=gen))
 temps = torch.tensor([1.0, 1.0, 0.8, 1.2])
 settings = {
     "top_p": (None, torch.tensor([0.95, 0.99, 0.9, 0.95]), None, False),
-    "top_k+top_p+min_p": (torch.tensor([3000, 5000, 1 << 30, 2500]), torch.tensor([0.95, 0.99, 0.9, 0.97]),
+    "top_k+top_p+min_p": (torch.tensor([750, 1250, 1 << 30, 625]), torch.tensor([0.95, 0.99, 0.9, 0.97]),
                           torch.tensor([1e-4, 0.0, 1e-5, 0.0]), False),
-    "top_k": (torch.tensor([3000, 5000, 1, 2500]), None, None, False),
+    "top_k": (torch.tensor([750, 1250, 1, 625]), None, None, False),
 }
 result = {}
 for name, (top_k, top_p, min_p, renorm) in settings.items():
@@ -833,7 +840,7 @@ for name, (top_k, top_p, min_p, renorm) in settings.items():
         want = du.sampling_target_probs(x, temps.repeat_interleave(n), *rows, top_p_after_top_k=renorm,
                                         keep_ties=keep_ties)
         cut = dk.filter_rows(x, temps, top_k, top_p, min_p, n, top_p_after_top_k=renorm,
-                             keep_ties=keep_ties, candidate_cap=1024)
+                             keep_ties=keep_ties, candidate_cap=cap)
         z = x / temps.repeat_interleave(n).unsqueeze(1)
         key = du._float_key(z)
         index = torch.arange(vocab).unsqueeze(0)
@@ -847,17 +854,18 @@ for name, (top_k, top_p, min_p, renorm) in settings.items():
             "probs_close": bool(torch.allclose(probs, want, rtol=1e-5, atol=1e-7)),
             "searched": int(cut["searched"].sum()),
             "rows": 4 * n,
-            "deep_decided": int(((sizes > 1024) & (cut["searched"] == 0)).sum()),
+            "deep_decided": int(((sizes > cap) & (cut["searched"] == 0)).sum()),
         }
 print("BAND-CHECK " + json.dumps(result))
 """
 
 
 def test_band_decides_cuts_deep_in_the_bulk(kernel_package: Path, sglang_cpu_path: str) -> None:  # noqa: F811
-    """The core bench's logit shape (a N(0, 2) bulk, 64 raised tokens), top-p 0.9-0.99, top-k in the
-    thousands, min-p: cuts thousands of tokens deep (more than the cap of 1024, so no prefix from the top
-    could list them) are decided by the band of bins around the cut, with no radix search, keeping
-    sampling_target_probs' tokens and probabilities under both tie rules."""
+    """The core bench's logit shape (a N(0, 2) bulk, one raised token per 312), top-p 0.9-0.99, top-k in
+    the hundreds to thousands, min-p: cuts deeper than the cap (256 of 5000 tokens, the bench's 1024 of
+    20000 scaled by 1/4, so no prefix from the top could list them) are decided by the band of bins around
+    the cut, with no radix search, keeping sampling_target_probs' tokens and probabilities under both tie
+    rules."""
     got = run_script(BAND_CHECK, "BAND-CHECK", kernel_package, sglang_cpu_path, interpret=True, timeout=900)
     assert len(got) == 6, sorted(got)
     for case, result in got.items():
@@ -919,11 +927,11 @@ result["exact_padding"] = exact_case(2, 16, 4, 2, 3, 3)
 result["exact_ties"] = exact_case(3, 8, 4, 7, 300, 3, tied=True)
 
 # 2. Determinism: the coins seed the Philox noise.
-tree, logits, temps = tree_case(64, 8, 4, 3, 40)
-coins, final = torch.rand(64, 3, generator=gen), torch.rand(64, generator=gen)
+tree, logits, temps = tree_case(16, 8, 4, 3, 40)
+coins, final = torch.rand(16, 3, generator=gen), torch.rand(16, generator=gen)
 a = run(tree, logits, temps, 3, coins, final, sample_first=True)
 b = run(tree, logits, temps, 3, coins, final, sample_first=True)
-other = torch.rand(64, 3, generator=gen), torch.rand(64, generator=gen)
+other = torch.rand(16, 3, generator=gen), torch.rand(16, generator=gen)
 c = run(tree, logits, temps, 3, *other, sample_first=True)
 result["determinism"] = {"same": all(torch.equal(x, y) for x, y in zip(a, b)),
                          "bonus_differs": int((a[2] != c[2]).sum())}
@@ -950,7 +958,11 @@ def outcome_probs(tree, probs, size, vocab):
                 out[r, v] = reach[r] * probs[r, v]
     return out
 
+# The coin walk (torch) over 1500 requests; the race in the interpreter over the first 300 of them: each
+# request is 7 interpreted programs, and 1500 took about 500 s of this script's 780 (the race's exactness
+# given the noise is checked above; here its Philox noise, at less statistical power than 1500 gave).
 bs, budget, topk, depth, vocab = 1500, 6, 3, 3, 5
+raced = 300
 lp = torch.tensor([[1.0, 0.5, 0.5, -1.0, -2.0], [0.2, 1.0, 0.2, -0.5, -3.0], [0.0, 0.3, 1.2, 0.3, -1.0]])
 lp = lp.log_softmax(-1).unsqueeze(0)
 one = du.build_ddtree(lp, budget, topk)
@@ -969,7 +981,10 @@ logits = base.repeat(bs, 1)
 temps = torch.full((bs,), temp)
 counts = {}
 coins, final = torch.rand(bs, depth, generator=gen), torch.rand(bs, generator=gen)
-outputs = {"sample_first": run(tree, logits, temps, depth, coins, final, sample_first=True),
+first = du.DDTree(**{f: v.expand(raced, *v.shape[1:]).contiguous() if batched(v) else v
+                     for f, v in fields.items()})
+outputs = {"sample_first": run(first, logits[:raced * size], temps[:raced], depth, coins[:raced],
+                               final[:raced], sample_first=True),
            "coin_walk_reference": du.verify_sampling_from_logits(
                tree.tokens, tree.parents, logits, temps, coins=coins, final_coins=final, mask=tree.mask,
                valid=tree.valid, max_depth=depth, path=tree.path, verify_depth=tree.verify_depth)}
@@ -977,12 +992,13 @@ for name, (acc_len, acc_idx, bonus) in outputs.items():
     deepest = acc_idx.gather(1, (acc_len - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
     last = torch.where(acc_len > 0, deepest + 1, 0)
     hist = torch.zeros(size, vocab, dtype=torch.float64)
-    hist.index_put_((last, bonus), torch.ones(bs, dtype=torch.float64), accumulate=True)
-    expected = exact * bs
+    hist.index_put_((last, bonus), torch.ones(len(bonus), dtype=torch.float64), accumulate=True)
+    expected = exact * len(bonus)
     keep = expected > 0
     chi2 = float((((hist - expected) ** 2)[keep] / expected[keep]).sum())
     counts[name] = {"chi2": chi2, "dof": int(keep.sum()) - 1, "impossible": float(hist[~keep].sum()),
-                    "accepted": int(acc_len.sum())}
+                    "accepted": int(acc_len.sum()), "requests": len(bonus),
+                    "least_expected": float(expected[keep].min())}
 result["distribution"] = counts
 
 # 4. The path plain temperature takes by default: SGLANG_DDTREE_SAMPLE_FIRST auto (unset: the same) samples
@@ -1003,7 +1019,7 @@ os.environ.pop("SGLANG_DDTREE_SAMPLE_FIRST", None)
 # budget 16 (17 rows) the coin walk; the other path's output differs for some of the same coins, so a wrong
 # choice shows.
 dk._SAMPLE_FIRST_ROWS = 16
-def default_path(budget, trials=6):
+def default_path(budget, trials=3):
     bs = 1
     follows, differs = 0, 0
     for _ in range(trials):
@@ -1047,7 +1063,7 @@ def test_sample_first_outcomes_follow_the_exact_distribution(sample_first_result
     result = sample_first_results["distribution"][path]
     assert result["impossible"] == 0, result
     assert result["chi2"] < result["dof"] + 5 * (2 * result["dof"]) ** 0.5, result
-    assert result["accepted"] > 300, result
+    assert result["accepted"] > result["requests"] / 5, result  # 300 of 1500 before the race drew 300
 
 
 def test_sample_first_switch_reads_auto_one_or_zero(sample_first_results: dict) -> None:
