@@ -322,8 +322,11 @@ def unprofiled_step_ms(client, prompt: list[int], params: dict, rounds: int = 3)
 
 
 def concurrent_tok_s(client, prompts: list[list[int]], params: dict) -> dict[str, Any]:
-    """Aggregate output tok/s of len(prompts) requests sent at once (the bench's concurrency cell, one round,
-    prefill included), and the first request's greedy output (to compare modes token for token)."""
+    """Aggregate output tok/s of len(prompts) requests sent at once (the bench's concurrency cell, one timed
+    round, prefill included), and the first request's greedy output (to compare modes token for token).
+    One untimed round first: on 2026-12-03 the first round at 32 on a fresh DDTREE server (its first bs-32
+    tree stage, graph replays and kernels) read 2128 tok/s, the next context's round on that server 5596."""
+    send_at_once(client, prompts, params)
     start = time.perf_counter()
     answers = send_at_once(client, prompts, params)
     elapsed = time.perf_counter() - start

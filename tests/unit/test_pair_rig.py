@@ -742,19 +742,27 @@ def test_mode_variants_serve_with_their_switch_and_the_same_settings(monkeypatch
         serve_bench.server_settings("ddtree-16@fast")
 
 
-def test_concurrent_figure_counts_every_requests_tokens_and_keeps_the_first_output(monkeypatch) -> None:
+def test_concurrent_figure_counts_every_requests_tokens_of_the_round_after_a_warm_up(monkeypatch) -> None:
+    import itertools
+
     from benchmarks.pair import profile_step
 
     ticks = iter([10.0, 10.5])
     monkeypatch.setattr(profile_step.time, "perf_counter", lambda: next(ticks))
 
     class Client:
+        """Answers the untimed warm-up round (the first three requests) with other tokens and outputs, so a
+        figure or an output taken from it shows."""
+
+        calls = itertools.count(1)  # next() is atomic: the three requests of a round come from three threads
+
         def post_json(self, route: str, body: dict) -> dict:
-            n = len(body["input_ids"])
+            n = len(body["input_ids"]) + (100 if next(Client.calls) <= 3 else 0)
             return {"output_ids": [n, n + 1], "meta_info": {"completion_tokens": 10 * n}}
 
     got = profile_step.concurrent_tok_s(Client(), [[1], [1, 2], [1, 2, 3]], {"max_new_tokens": 2})
     assert got == {"aggregate_tok_s_c3": 120.0, "greedy_output": [1, 2]}
+    assert next(Client.calls) == 7  # six requests: a warm-up round, then the timed one
 
 
 def test_profiled_requests_are_in_flight_together_and_answered_in_order() -> None:
