@@ -48,7 +48,7 @@
 #   commit-graph    tests/gpu/test_overlap_commit_graph_gpu.py: DDTREE's v2 commit stage (SGLANG_DFLASH_OVERLAP=1,
 #                   patch ddtree-overlap-commit-graph) replayed = eager, outputs and KV moves; host time (issue 25)
 #   stacks          (timing) profile_step --stacks: host time per Python function, $STACKS_MODES (DDTREE-16),
-#                   context 256; STACKS_MODES=ddtree-16@overlap-tbt,ddtree-16@overlap: the v2 result path with
+#                   at $STACKS_CONTEXTS (256; 256,1024: what of the v2 step grows with context); STACKS_MODES=ddtree-16@overlap-tbt,ddtree-16@overlap: the v2 result path with
 #                   patch 0030's finish fast path off and on (process_batch_result)
 #   stacks-c32      (timing) the same with 32 requests at once: host time per Python function of a batched step
 #                   (issue 25's concurrency-32 goal: a DDTREE-16 step there was 17.5 ms against none's 2.7)
@@ -56,6 +56,9 @@
 #   profile-c32     (timing) profile_step of ddtree-16 and none at context 256 with 32 requests at once
 #   paired          (timing) paired_step: $PAIRED_MODES (A,B) from two servers up at once, $PAIRED_ROUNDS rounds
 #                   A,B,B,A at $PAIRED_CONTEXTS; step ms, tok/s and the per-round ratio B/A (issue 25)
+#   serve           (timing) serve_bench over $SERVE_MODES with $SERVE_ARGS (default: none, DFLASH and DDTREE-16
+#                   under overlap at context 256, concurrency 1 and 32, greedy): issue 25's concurrency-32 goal
+#                   (DDTREE-16 at least 0.8x none's aggregate tok/s) over the bench's rounds
 #   options         (timing) options_acceptance: acceptance with request options on the pair (issue 28) over
 #                   $OPTIONS_MODES: ddtree-16 (the drafter sees the request's penalties, patch 0031) beside
 #                   ddtree-16@nodraftpen (SGLANG_DDTREE_DRAFT_PENALTIES=0, the drafter as before)
@@ -81,9 +84,11 @@ PAIRED_MODES=${PAIRED_MODES:-ddtree-16@eager,ddtree-16} PAIRED_CONTEXTS=${PAIRED
 PAIRED_ROUNDS=${PAIRED_ROUNDS:-8}
 PROFILE_MLA_MODES=${PROFILE_MLA_MODES:-ddtree-8,ddtree-8@eager,dflash,none}
 OVERLAP_ALGORITHM=${OVERLAP_ALGORITHM:-DDTREE}
-STACKS_MODES=${STACKS_MODES:-ddtree-16}
+STACKS_MODES=${STACKS_MODES:-ddtree-16} STACKS_CONTEXTS=${STACKS_CONTEXTS:-256}
+SERVE_MODES=${SERVE_MODES:-none,dflash@overlap,ddtree-16@overlap}
+SERVE_ARGS=${SERVE_ARGS:---contexts 256 --concurrency 1,32 --temperatures 0}
 OPTIONS_MODES=${OPTIONS_MODES:-none,ddtree-16,ddtree-16@nodraftpen}
-TIMING_JOBS=" stacks stacks-c32 profile profile-c32 paired options core-bench verify-bench profile-mla "
+TIMING_JOBS=" stacks stacks-c32 profile profile-c32 paired serve options core-bench verify-bench profile-mla "
 PAIRLESS_JOBS=" core-bench verify-bench profile-mla "
 GRAPHS_ENV=(SGLANG_DFLASH_STEP_GRAPHS=1 SGLANG_DDTREE_FAST_METADATA=1)
 for job in "$@"; do
@@ -91,9 +96,9 @@ for job in "$@"; do
     smoke | smoke-graphs | stress-graphs | smoke-graphs-tp2 | smoke-splitkv | stress-splitkv | options-stress | \
       options-stress-dflash | stress-overlap | options-stress-overlap | stress-overlap-mla | secrets | mla | smoke-sampling | core-tests | request-options | \
       smoke-mla-graphs | stress-mla | stress-mla-graphs | steps | tree-graph | commit-graph | stacks | stacks-c32 | profile | \
-      profile-c32 | paired | options | \
+      profile-c32 | paired | serve | options | \
       core-bench | verify-bench | profile-mla) ;;
-    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv options-stress options-stress-dflash stress-overlap options-stress-overlap stress-overlap-mla secrets mla smoke-sampling core-tests request-options smoke-mla-graphs stress-mla stress-mla-graphs steps tree-graph commit-graph stacks stacks-c32 profile profile-c32 paired options core-bench verify-bench profile-mla)" >&2
+    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv options-stress options-stress-dflash stress-overlap options-stress-overlap stress-overlap-mla secrets mla smoke-sampling core-tests request-options smoke-mla-graphs stress-mla stress-mla-graphs steps tree-graph commit-graph stacks stacks-c32 profile profile-c32 paired serve options core-bench verify-bench profile-mla)" >&2
        exit 2 ;;
   esac
 done
@@ -141,7 +146,7 @@ run_job() {
     tree-graph) timeout "$limit" python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_tree_stage_graph_gpu.py ;;
     commit-graph) timeout "$limit" python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_overlap_commit_graph_gpu.py ;;
     stacks) timeout "$limit" python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/stacks" --stacks \
-              --modes "$STACKS_MODES" --contexts 256 --steps 8 ;;
+              --modes "$STACKS_MODES" --contexts "$STACKS_CONTEXTS" --steps 8 ;;
     stacks-c32) timeout "$limit" python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/stacks-c32" \
                   --stacks --modes ddtree-16 --contexts 256 --steps 6 --profile-concurrency 32 ;;
     profile-c32) timeout "$limit" python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/profile-c32" \
@@ -150,6 +155,9 @@ run_job() {
                --modes "$PROFILE_MODES" --contexts "$PROFILE_CONTEXTS" ;;
     paired) timeout "$limit" python3 -m benchmarks.pair.paired_step --pair "$PAIR" --out "$RUNS/paired" \
               --paired "$PAIRED_MODES" --contexts "$PAIRED_CONTEXTS" --rounds "$PAIRED_ROUNDS" ;;
+    # SERVE_ARGS is split into serve_bench's own flags on purpose
+    serve) timeout "$limit" python3 -m benchmarks.pair.serve_bench --pair "$PAIR" --out "$RUNS/serve" \
+             --modes "$SERVE_MODES" --deadline 480 $SERVE_ARGS ;;
     options) timeout "$limit" python3 -m benchmarks.pair.options_acceptance --pair "$PAIR" --out "$RUNS/options" \
                --modes "$OPTIONS_MODES" ;;
     core-bench) timeout "$limit" python3 benchmarks/ddtree_core_bench.py --json "$OUT/core_bench.json" ;;

@@ -100,6 +100,28 @@ def test_paired_job_measures_its_two_modes_from_the_trained_pair(tmp_path: Path)
     assert "paired: exit 0 after" in (tmp_path / "out" / "queue" / "status.txt").read_text()
 
 
+def test_serve_and_stacks_jobs_measure_overlap_at_concurrency_32_and_at_contexts(tmp_path: Path) -> None:
+    """Issue 25: `serve` runs serve_bench over none, DFLASH and DDTREE-16 under overlap at context 256,
+    concurrency 1 and 32 by default (the concurrency-32 goal over the bench's rounds), SERVE_MODES/SERVE_ARGS
+    replace them; `stacks` takes STACKS_CONTEXTS (256 by default; 256,1024 for what of the v2 step grows with
+    context). A stand-in python3 records the commands."""
+    path, log = recording_python(tmp_path)
+    assert run_queue(tmp_path, "serve", "stacks", PATH=path, ARGS_LOG=str(log)).returncode == 0
+    override = {"SERVE_MODES": "none,ddtree-16", "SERVE_ARGS": "--contexts 4096 --concurrency 8",
+                "STACKS_MODES": "ddtree-16@overlap", "STACKS_CONTEXTS": "256,1024"}  # fmt: skip
+    assert run_queue(tmp_path, "serve", "stacks", PATH=path, ARGS_LOG=str(log), **override).returncode == 0
+    pair, runs = tmp_path / "pair", tmp_path / "runs"
+    serve = f"-m benchmarks.pair.serve_bench --pair {pair} --out {runs / 'serve'}"
+    stacks = f"-m benchmarks.pair.profile_step --pair {pair} --out {runs / 'stacks'} --stacks"
+    assert log.read_text().splitlines() == [
+        f"{serve} --modes none,dflash@overlap,ddtree-16@overlap --deadline 480 --contexts 256"
+        " --concurrency 1,32 --temperatures 0",
+        f"{stacks} --modes ddtree-16 --contexts 256 --steps 8",
+        f"{serve} --modes none,ddtree-16 --deadline 480 --contexts 4096 --concurrency 8",
+        f"{stacks} --modes ddtree-16@overlap --contexts 256,1024 --steps 8",
+    ]
+
+
 def test_device_jobs_run_their_commands_with_their_switches(
     tmp_path: Path,
 ) -> None:
