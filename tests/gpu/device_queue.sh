@@ -40,7 +40,8 @@
 #                   every warm-up variant compiles, no sync, graph replay, flashinfer's own counts, plain
 #                   temperature sampled first: exact on given noise, chi-square vs exact outcomes (issue 27)
 #   request-options tests/gpu/request_options_gpu.py: the penalties kernel CUDA vs CPU, no sync, graph = eager, its
-#                   time against torch at bs 32 / budget 16 / vocabulary 163840 (issue 28)
+#                   time against torch at bs 32 / budget 16 / vocabulary 163840, and the drafter's option pass
+#                   (patch 0031) at bs 32 x 7 draft rows (issue 28: their cost against the DDTREE step)
 #   steps           ddtree_step_checks.py: every host sync torch's sync debug mode sees inside DDTREE steps, and
 #                   first vs second request latency per sampling kind (issue 25)
 #   tree-graph      tests/gpu/test_tree_stage_graph_gpu.py: the tree stage's CUDA graphs replay the eager stage

@@ -13,9 +13,12 @@ Checks, on random trees with every option on (tests/unit/request_options_probe.p
 Then times adjust_verify_logits at Kimi K2.6's vocabulary (163840), bs 32, budget 16 (N 17), float32 verify
 logits, eager and replayed from a CUDA graph, for: no options, logit_bias only, every option; each with the
 Triton pass and with the torch path (one table: the speed-up); beside it the greedy verify's own read of
-those logits (argmax) for scale. Prints one line per check and a table; exit 0 PASS, 1 FAIL, 2 cannot run.
-`--device cpu` runs the equality part on CPU only (the unit tier's check that the script works; no sync,
-graph or Triton checks, no timing).
+those logits (argmax) for scale. Then the drafter's share (patch ddtree-draft-penalties): draft_adjustment
+plus adjust_draft_logits with every option on bs 32 x 7 draft rows (block 8) at Kimi's vocabulary, eager,
+beside the draft rows' argmax (`--device cpu` times it at a small vocabulary: the path runs, not a figure).
+Prints one line per check and a table; exit 0 PASS, 1 FAIL, 2 cannot run.
+`--device cpu` runs the equality part and the drafter's pass on CPU only (the unit tier's check that the
+script works; no sync, graph or Triton checks, no figures).
 """
 
 from __future__ import annotations
@@ -310,6 +313,54 @@ def timing(bs: int, budget: int, vocab: int) -> dict:
     return out
 
 
+def draft_timing(bs: int, depth: int, vocab: int, device: str) -> dict:
+    """ms per call of the drafter's option pass (draft_adjustment + adjust_draft_logits, every option on) over
+    bs x depth float32 draft rows, and of the rows' argmax for scale; CUDA events on CUDA, the wall clock on
+    CPU. changed_rows: rows the pass moved (0 would mean it timed nothing)."""
+    from sglang.srt.speculative.tree_penalties import adjust_draft_logits, draft_adjustment
+
+    batch = make_batch(settings_for(bs, every_option=True), device, vocab, fed_steps=4, seed=33)
+    roots = torch.randint(0, vocab, (bs,), generator=torch.Generator().manual_seed(34)).to(device)
+    logits = torch.randn(bs * depth, vocab, generator=torch.Generator().manual_seed(35)).to(device) * 3
+    work = logits.clone()
+
+    def option_pass() -> None:
+        work.copy_(logits)
+        adjust_draft_logits(work, draft_adjustment(batch.sampling_info, roots, depth))
+
+    def copy_only() -> None:
+        work.copy_(logits)
+
+    def per_call_ms(fn, iters: int = 20) -> float:
+        if device == "cuda":
+            return time_ms(fn, iters)
+        fn()
+        begin = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        return (time.perf_counter() - begin) * 1000.0 / iters
+
+    option_pass()
+    changed = int((work != logits).any(dim=1).sum())
+    copy_ms = per_call_ms(copy_only)
+    return {
+        "bs": bs,
+        "depth": depth,
+        "vocab": vocab,
+        "draft_options_ms": round(max(0.0, per_call_ms(option_pass) - copy_ms), 4),
+        "draft_argmax_ms": round(per_call_ms(lambda: torch.argmax(logits, dim=-1)), 4),
+        "changed_rows": changed,
+    }
+
+
+def print_draft_timing(d: dict) -> None:
+    print(
+        f"draft options (ms per call, bs {d['bs']} x {d['depth']} draft rows, vocab {d['vocab']},"
+        f" every option, eager): {d['draft_options_ms']:.3f}; the draft rows' argmax"
+        f" {d['draft_argmax_ms']:.3f}; rows changed {d['changed_rows']} of {d['bs'] * d['depth']}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
@@ -354,6 +405,13 @@ def main(argv: list[str] | None = None) -> int:
             ]
             texts = ["-" if ms is None else f"{ms:.3f}" for ms in cells]
             print(f"  {name:>10}  " + "  ".join(f"{text:>12}" for text in texts))
+        facts["draft_timing"] = draft = draft_timing(32, 7, KIMI_VOCAB, "cuda")
+        print_draft_timing(draft)
+        ok = ok and draft["changed_rows"] > 0
+    else:
+        facts["draft_timing"] = draft = draft_timing(4, 7, 4096, "cpu")
+        print_draft_timing(draft)
+        ok = ok and draft["changed_rows"] > 0
     if args.json:
         args.json.write_text(json.dumps(facts, indent=1))
     print(f"request-options: {'PASS' if ok else 'FAIL'} after {time.monotonic() - begin:.0f} s")

@@ -110,6 +110,9 @@ def test_the_device_script_runs_its_equality_check_on_cpu(sglang_cpu_path: str) 
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "ok   cpu equals CPU" in done.stdout and "request-options: PASS" in done.stdout, done.stdout
+    # the drafter's option pass (patch 0031) ran and moved every draft row (every request has an option)
+    assert "draft options (ms per call, bs 4 x 7 draft rows, vocab 4096" in done.stdout, done.stdout
+    assert "rows changed 28 of 28" in done.stdout, done.stdout
 
 
 KERNEL_CHECK = r"""
