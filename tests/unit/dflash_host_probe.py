@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import contextlib
 import cProfile
+import dataclasses
 import gc
 import io
 import json
 import os
+import pickle
 import pstats
 import sys
 import time
@@ -201,6 +203,36 @@ def _worker_scope(counter_ref: list, name: str, fn):
     return wrapped
 
 
+class _DetokenizerSink:
+    """The detokenizer socket: pickles what send_pyobj would send (its host cost stays in the step)."""
+
+    def __init__(self) -> None:
+        self.sent_bytes = 0
+
+    def send_output(self, payload) -> None:
+        self.sent_bytes += len(pickle.dumps(payload))
+
+
+def _real_output_streamer(args, cache, algo):
+    """SGLang's SchedulerOutputStreamer (what the result processing sends each step: a non-streaming request
+    every DEFAULT_FORCE_STREAM_INTERVAL tokens and at its finish), with the detokenizer socket a pickling sink
+    and the load report left out."""
+    from sglang.srt.disaggregation.utils import DisaggregationMode
+    from sglang.srt.managers.scheduler_components.output_streamer import SchedulerOutputStreamer
+
+    return SchedulerOutputStreamer(
+        send_to_detokenizer=_DetokenizerSink(),
+        tree_cache=cache,
+        ps=types.SimpleNamespace(dp_rank=0),
+        server_args=args,
+        is_generation=True,
+        spec_algorithm=algo,
+        disaggregation_mode=DisaggregationMode.NULL,
+        enable_hicache_storage=lambda: False,
+        load_inquirer_get_loads=lambda *a, **k: None,
+    )
+
+
 def run(
     args,
     tree: bool,
@@ -352,6 +384,7 @@ def run(
     processor = ov.stand_in_result_processor(
         args, model_config, allocator, cache, req_pool, models, overlap=v2
     )
+    processor = dataclasses.replace(processor, output_streamer=_real_output_streamer(args, cache, algo))
     reqs = []
     for rid in rids:
         params = SamplingParams(max_new_tokens=new_tokens, temperature=0)
