@@ -273,9 +273,9 @@ def ddtree_share_lines(results: list[dict[str, Any]]) -> list[str]:
 
 def python_growth_lines(results: list[dict[str, Any]], top: int = 10) -> list[str]:
     """With --stacks at several contexts (issue 25: the v2 step grew 1.72 -> 2.57 ms from context 256 to 1024
-    with the same GPU work): per mode, the Python functions whose inclusive host time per step grows most from
-    the shortest to the longest context. A function under the shorter context's ranking (PYTHON_TOP) counts
-    from 0 there and is marked `<`: it was below that ranking's last entry."""
+    with the same GPU work): per mode, the Python functions whose inclusive and self host time per step grow
+    most from the shortest to the longest context. A function under the shorter context's ranking (PYTHON_TOP)
+    counts from 0 there and is marked `<`: it was below that ranking's last entry."""
     by_mode: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     for result in results:
         mode, sep, context = str(result.get("mode", "")).rpartition(" ctx ")
@@ -287,20 +287,21 @@ def python_growth_lines(results: list[dict[str, Any]], top: int = 10) -> list[st
         if len(runs) < 2:
             continue
         (short_ctx, short), (long_ctx, long_) = min(runs, key=lambda r: r[0]), max(runs, key=lambda r: r[0])
-        before = {name: us for name, us in short["inclusive"]}
-        after = {name: us for name, us in long_["inclusive"]}
-        grown = sorted(
-            ((n, before.get(n), us) for n, us in after.items()), key=lambda r: -(r[2] - (r[1] or 0.0))
-        )
-        parts = [
-            f"{n} {'<' if b is None else ''}{b or 0.0:g} -> {a:g}"
-            for n, b, a in grown[:top]
-            if a > (b or 0.0)
-        ]
-        lines.append(
-            f"Python host time that grows, {mode} ctx {short_ctx} -> {long_ctx} (inclusive us per step): "
-            + ("; ".join(parts) or "none")
-        )
+        for kind in ("inclusive", "self"):  # self: a wait (a synchronize) or a loop shows where it runs
+            before = {name: us for name, us in short.get(kind, [])}
+            after = {name: us for name, us in long_.get(kind, [])}
+            grown = sorted(
+                ((n, before.get(n), us) for n, us in after.items()), key=lambda r: -(r[2] - (r[1] or 0.0))
+            )
+            parts = [
+                f"{n} {'<' if b is None else ''}{b or 0.0:g} -> {a:g}"
+                for n, b, a in grown[:top]
+                if a > (b or 0.0)
+            ]
+            lines.append(
+                f"Python host time that grows, {mode} ctx {short_ctx} -> {long_ctx} ({kind} us per step): "
+                + ("; ".join(parts) or "none")
+            )
     return lines
 
 

@@ -640,7 +640,8 @@ def test_python_growth_names_what_grows_from_the_shortest_to_the_longest_context
     from benchmarks.pair.profile_step import python_growth_lines
 
     def run(mode: str, inclusive: list) -> dict:
-        return {"mode": mode, "steps": 8, "python_us_per_step": {"inclusive": inclusive, "self": []}}
+        own = [[name, us / 2] for name, us in inclusive if name != "a.py:1 step"]  # the caller's own: none
+        return {"mode": mode, "steps": 8, "python_us_per_step": {"inclusive": inclusive, "self": own}}
 
     results = [
         run(
@@ -657,7 +658,9 @@ def test_python_growth_names_what_grows_from_the_shortest_to_the_longest_context
     lines = python_growth_lines(results)
     assert lines == [
         "Python host time that grows, ddtree-16@overlap ctx 256 -> 1024 (inclusive us per step): "
-        "a.py:1 step 900 -> 1700; b.py:2 loop 100 -> 700; d.py:4 new <0 -> 60"
+        "a.py:1 step 900 -> 1700; b.py:2 loop 100 -> 700; d.py:4 new <0 -> 60",
+        "Python host time that grows, ddtree-16@overlap ctx 256 -> 1024 (self us per step): "
+        "b.py:2 loop 50 -> 350; d.py:4 new <0 -> 30",
     ]
 
 
