@@ -271,6 +271,40 @@ def ddtree_share_lines(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def python_growth_lines(results: list[dict[str, Any]], top: int = 10) -> list[str]:
+    """With --stacks at several contexts (issue 25: the v2 step grew 1.72 -> 2.57 ms from context 256 to 1024
+    with the same GPU work): per mode, the Python functions whose inclusive and self host time per step grow
+    most from the shortest to the longest context. A function under the shorter context's ranking (PYTHON_TOP)
+    counts from 0 there and is marked `<`: it was below that ranking's last entry."""
+    by_mode: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for result in results:
+        mode, sep, context = str(result.get("mode", "")).rpartition(" ctx ")
+        stacks = result.get("python_us_per_step")
+        if sep and stacks and context.isdigit():
+            by_mode.setdefault(mode, []).append((int(context), stacks))
+    lines = []
+    for mode, runs in by_mode.items():
+        if len(runs) < 2:
+            continue
+        (short_ctx, short), (long_ctx, long_) = min(runs, key=lambda r: r[0]), max(runs, key=lambda r: r[0])
+        for kind in ("inclusive", "self"):  # self: a wait (a synchronize) or a loop shows where it runs
+            before = {name: us for name, us in short.get(kind, [])}
+            after = {name: us for name, us in long_.get(kind, [])}
+            grown = sorted(
+                ((n, before.get(n), us) for n, us in after.items()), key=lambda r: -(r[2] - (r[1] or 0.0))
+            )
+            parts = [
+                f"{n} {'<' if b is None else ''}{b or 0.0:g} -> {a:g}"
+                for n, b, a in grown[:top]
+                if a > (b or 0.0)
+            ]
+            lines.append(
+                f"Python host time that grows, {mode} ctx {short_ctx} -> {long_ctx} ({kind} us per step): "
+                + ("; ".join(parts) or "none")
+            )
+    return lines
+
+
 def _wait_for_trace(folder: Path, timeout_s: float) -> None:
     """Until a trace file exists and its size holds still for two seconds (the export writes in place)."""
     deadline = time.monotonic() + timeout_s
@@ -500,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
     print(table(results))
-    print("\n".join(ddtree_share_lines(results)))
+    print("\n".join(ddtree_share_lines(results) + python_growth_lines(results)))
     return 0 if all(r["steps"] for r in results) else 1
 
 

@@ -3,7 +3,10 @@ step) against spec v2 (SGLANG_DFLASH_OVERLAP=1), in the real patched sglang 0.5.
 `DFLASH-HOST-PROBE {json}`. SGLANG_DFLASH_OVERLAP is read once per process: run it once with the switch off
 (v1) and once on (v2).
 
-usage: python dflash_host_probe.py TARGET_DIR DRAFTER_DIR [--steps N] [--bs N] [--profile]
+usage: python dflash_host_probe.py TARGET_DIR DRAFTER_DIR [--steps N] [--bs N,..] [--profile]
+       [--prompt-len N,..] [--commit K,..]
+(issue 25: prompt lengths, and the scripts' drafts accepted per verify, fixed: a DDTREE request emits K + 1
+tokens a step; each (length, commit) is a cell `{algo}_bs{bs}_p{N}_c{K}`, c0 the scripts' seeded random)
 
 Each run drives the scheduler's side of a decode iteration as the real loop does (v1: event_loop_normal's
 prepare_for_decode -> run_batch -> process_batch_result_decode; v2: event_loop_overlap's prepare_for_decode
@@ -27,10 +30,12 @@ from __future__ import annotations
 
 import contextlib
 import cProfile
+import dataclasses
 import gc
 import io
 import json
 import os
+import pickle
 import pstats
 import sys
 import time
@@ -198,7 +203,46 @@ def _worker_scope(counter_ref: list, name: str, fn):
     return wrapped
 
 
-def run(args, tree: bool, steps: int, bs: int, window: int | None, profile: bool) -> dict:
+class _DetokenizerSink:
+    """The detokenizer socket: pickles what send_pyobj would send (its host cost stays in the step)."""
+
+    def __init__(self) -> None:
+        self.sent_bytes = 0
+
+    def send_output(self, payload) -> None:
+        self.sent_bytes += len(pickle.dumps(payload))
+
+
+def _real_output_streamer(args, cache, algo):
+    """SGLang's SchedulerOutputStreamer (what the result processing sends each step: a non-streaming request
+    every DEFAULT_FORCE_STREAM_INTERVAL tokens and at its finish), with the detokenizer socket a pickling sink
+    and the load report left out."""
+    from sglang.srt.disaggregation.utils import DisaggregationMode
+    from sglang.srt.managers.scheduler_components.output_streamer import SchedulerOutputStreamer
+
+    return SchedulerOutputStreamer(
+        send_to_detokenizer=_DetokenizerSink(),
+        tree_cache=cache,
+        ps=types.SimpleNamespace(dp_rank=0),
+        server_args=args,
+        is_generation=True,
+        spec_algorithm=algo,
+        disaggregation_mode=DisaggregationMode.NULL,
+        enable_hicache_storage=lambda: False,
+        load_inquirer_get_loads=lambda *a, **k: None,
+    )
+
+
+def run(
+    args,
+    tree: bool,
+    steps: int,
+    bs: int,
+    window: int | None,
+    profile: bool,
+    prompt_len: int = 200,
+    commit: int | None = None,
+) -> dict:
     import torch
     from sglang.srt.managers import scheduler as scheduler_module
     from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
@@ -232,7 +276,7 @@ def run(args, tree: bool, steps: int, bs: int, window: int | None, profile: bool
     algo = SpeculativeAlgorithm.from_string(args.speculative_algorithm)
     v2 = algo.supports_spec_v2()
     n = int(args.speculative_num_draft_tokens)
-    prompt_len, new_tokens = 200, 40 * steps + 200
+    new_tokens = 40 * steps + 200
     context = prompt_len + new_tokens + 64
     req_pool = ReqToTokenPool(
         size=bs + 2,
@@ -270,6 +314,8 @@ def run(args, tree: bool, steps: int, bs: int, window: int | None, profile: bool
     else:
         models = ov._DFlashV2Models(streams, {r: prompt_len for r in rids}, n, 7, **common)
     models.check_reserved = v2
+    if commit is not None:  # every verify commits `commit` tokens (the scripts' default: seeded random)
+        models.commit_scripts = {rid: [commit] for rid in rids}
     worker = models.worker
     counter_ref: list = [None]
     # the stretches v1 replays as CUDA graphs on a GPU (step_graphs), as stand-ins that call the function
@@ -338,6 +384,7 @@ def run(args, tree: bool, steps: int, bs: int, window: int | None, profile: bool
     processor = ov.stand_in_result_processor(
         args, model_config, allocator, cache, req_pool, models, overlap=v2
     )
+    processor = dataclasses.replace(processor, output_streamer=_real_output_streamer(args, cache, algo))
     reqs = []
     for rid in rids:
         params = SamplingParams(max_new_tokens=new_tokens, temperature=0)
@@ -366,11 +413,23 @@ def run(args, tree: bool, steps: int, bs: int, window: int | None, profile: bool
     committed_tokens = 0
     blocks_kept: list[int] = []
 
+    phase_ms: dict[str, list[float]] = {"prepare": [], "run_batch": [], "process": []}
+    phase_on = [False]
+
+    def mark(name: str, since: float, script_since: float) -> tuple[float, float]:
+        now, script = time.perf_counter(), clock.total
+        if phase_on[0]:
+            phase_ms[name].append(1000 * ((now - since) - (script - script_since)))
+        return now, script
+
     def iteration() -> None:
         nonlocal queue
+        since, script_since = time.perf_counter(), clock.total
         running.filter_batch()
         running.prepare_for_decode()
+        since, script_since = mark("prepare", since, script_since)
         result = sched.run_batch(running)
+        since, script_since = mark("run_batch", since, script_since)
         if v2:
             queue.append((running.copy(), result))
             done_batch, done_result = queue.pop(0)
@@ -380,6 +439,7 @@ def run(args, tree: bool, steps: int, bs: int, window: int | None, profile: bool
                 processor.process_batch_result_decode(done_batch, done_result)
         else:
             processor.process_batch_result_decode(running, result)
+        mark("process", since, script_since)
 
     gc_events: list[tuple[int, float]] = []  # (generation, seconds) of each collection in the timed steps
     gc_started: list[float] = []
@@ -420,11 +480,13 @@ def run(args, tree: bool, steps: int, bs: int, window: int | None, profile: bool
             else:
                 clock.total = 0.0
                 timing[0] = phase == "time"
+                phase_on[0] = phase == "time"
                 blocks = sys.getallocatedblocks()
                 start = time.perf_counter()
                 iteration()
                 wall = time.perf_counter() - start
                 timing[0] = False
+                phase_on[0] = False
                 if phase == "time":
                     blocks_kept.append(sys.getallocatedblocks() - blocks)
                 if phase == "time":
@@ -455,6 +517,14 @@ def run(args, tree: bool, steps: int, bs: int, window: int | None, profile: bool
         "errors": errors[:10],
         "host_ms_per_step_median": 1000 * sorted(timings)[len(timings) // 2] if timings else None,
         "host_ms_per_step_mean": 1000 * sum(timings) / len(timings) if timings else None,
+        # host ms per step by the loop's phase (median; scripts excluded): the scheduler's prepare
+        # (filter_batch, prepare_for_decode), run_batch (the worker's step; v2: FutureMap, batch copy), and
+        # the result processing (v2: the previous step's)
+        "phase_ms_median": {
+            name: round(sorted(values)[len(values) // 2], 4) for name, values in phase_ms.items() if values
+        },
+        "prompt_len": prompt_len,
+        "commit": commit,
         "script_ms_per_step_mean": 1000 * sum(script_share) / len(script_share) if script_share else None,
         "ops_per_step": {where: round(sum(names.values()), 1) for where, names in buckets.items()},
         "ops_by_name": {
@@ -479,7 +549,33 @@ def run(args, tree: bool, steps: int, bs: int, window: int | None, profile: bool
         stats.sort_stats("cumulative").print_stats(60)
         stats.sort_stats("tottime").print_stats(40)
         out["profile"] = text.getvalue()
+        out["sglang_calls_per_step"], out["sglang_calls_by_function"] = sglang_calls(stats, max(1, steps))
     return out
+
+
+def _is_sglang(path: str) -> bool:
+    return f"{os.sep}sglang{os.sep}" in path
+
+
+def sglang_calls(stats: pstats.Stats, steps: int) -> tuple[float, dict[str, float]]:
+    """Python calls per profiled step made by SGLang's own code (issue 25: host work that grows with the
+    context or the accepted tokens shows as calls that grow): every call of a function defined under sglang/,
+    and every call of a builtin or C function (torch ops, list and array methods, len) made from one; the
+    scripted models and this probe left out. Returns the total and the count per function ('file.py:line
+    name'; 'builtin <name>' for C functions, summed over their SGLang callers)."""
+    by_function: dict[str, float] = {}
+    for (path, line, name), (_cc, calls, _tt, _ct, callers) in stats.stats.items():  # type: ignore[attr-defined]
+        if _is_sglang(path):
+            key, count = f"{os.path.basename(path)}:{line} {name}", calls
+        elif path == "~":  # a builtin: its calls from SGLang's functions
+            count = sum(value[0] for caller, value in callers.items() if _is_sglang(caller[0]))
+            key = f"builtin {name}"
+        else:
+            continue
+        if count:
+            by_function[key] = by_function.get(key, 0) + count / steps
+    total = round(sum(by_function.values()), 2)
+    return total, dict(sorted(((k, round(v, 2)) for k, v in by_function.items()), key=lambda kv: -kv[1]))
 
 
 def main() -> None:
@@ -490,6 +586,18 @@ def main() -> None:
     profile = "--profile" in rest
     window = int(rest[rest.index("--window") + 1]) if "--window" in rest else 2048
     algos = rest[rest.index("--algos") + 1].split(",") if "--algos" in rest else ["ddtree", "dflash"]
+    # issue 25: several prompt lengths / fixed commits per verify in one process; a cell's key gets
+    # `_p{prompt}_c{commit}` when either is given (c0: the scripts' seeded random commits)
+    prompt_lens = (
+        [int(x) for x in rest[rest.index("--prompt-len") + 1].split(",")] if "--prompt-len" in rest else []
+    )
+    commits = [int(x) for x in rest[rest.index("--commit") + 1].split(",")] if "--commit" in rest else []
+    if any(n < 1 for n in prompt_lens + commits):
+        raise SystemExit(
+            f"--prompt-len and --commit take numbers of at least 1, got {prompt_lens} and {commits}"
+        )
+    cells = [(p, c) for p in prompt_lens or [200] for c in commits or [None]]
+    suffixed = bool(prompt_lens or commits)
     facts: dict = {"switch": os.environ.get(ov.OVERLAP_ENV, "")}
     try:
         from sglang.srt.server_args import prepare_server_args
@@ -525,7 +633,9 @@ def main() -> None:
         for algo in algos:
             args = prepare_server_args([*argv[algo], *overlap])
             for bs in sizes:
-                facts[f"{algo}_bs{bs}"] = run(args, algo == "ddtree", steps, bs, window, profile)
+                for prompt_len, commit in cells:
+                    key = f"{algo}_bs{bs}" + (f"_p{prompt_len}_c{commit or 0}" if suffixed else "")
+                    facts[key] = run(args, algo == "ddtree", steps, bs, window, profile, prompt_len, commit)
     except Exception:
         facts["probe_error"] = traceback.format_exc()
     print("DFLASH-HOST-PROBE " + json.dumps(facts))

@@ -134,3 +134,73 @@ def test_v2_graph_input_copies_are_grouped(v2: dict, algo: str) -> None:
     copies = result["ops_by_name"]["graph:inputs"]
     assert sum(copies.values()) <= V2_GRAPH_INPUT_OPS_MAX[algo], copies
     assert copies.get("_foreach_copy_", 0) >= 3, copies
+
+
+# Issue 25: on the H200 (sitting 2026-12-03b) the DDTREE-16 v2 step grew from 1.72 ms at context 256 to
+# 2.57 ms at 1024 (tokens per step 2.02 -> 2.51) with the same GPU work; v1 from 3.01 to 3.51 ms. The probe
+# at two prompt lengths and two scripted commits per verify (DDTREE emits K + 1 tokens a step, DFLASH K):
+CELL_ARGS = (
+    "--steps", "4", "--bs", "1", "--algos", "ddtree,dflash", "--profile",
+    "--prompt-len", "256,1024", "--commit", "1,3",
+)  # fmt: skip
+PROMPTS, COMMITS = (256, 1024), (1, 3)
+# SGLang Python calls per step that one more emitted token may add: v1 checks the finish token by token (the
+# verify's per-token update_finish_state; measured +11 for DDTREE, +10 for DFLASH); v2's block fast path
+# (patch spec-v2-result-fast-path) none but its stop-id set's lookup (measured +0 and +1 over two tokens).
+CALLS_PER_TOKEN_MAX = {"v1": 12.0, "v2": 1.0}
+
+
+def _cells(sglang_path: str, models: tuple[str, str], switch: str | None) -> dict:
+    env = {"SGLANG_DFLASH_OVERLAP": switch, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return run_probe(PROBE, MARKER, sglang_path, *models, *CELL_ARGS, timeout=900, env=env)
+
+
+@pytest.fixture(scope="module")
+def cells(sglang_cpu_path: str, models: tuple[str, str]) -> dict[str, dict]:  # noqa: F811
+    return {"v1": _cells(sglang_cpu_path, models, None), "v2": _cells(sglang_cpu_path, models, "1")}
+
+
+def _eager(cell: dict) -> dict[str, dict[str, float]]:
+    return {where: names for where, names in cell["ops_by_name"].items() if not where.startswith("graph:")}
+
+
+@pytest.mark.parametrize("path", ["v1", "v2"])
+@pytest.mark.parametrize("algo", ["ddtree", "dflash"])
+def test_step_host_work_does_not_grow_with_the_context(
+    cells: dict, path: str, algo: str, capsys: pytest.CaptureFixture
+) -> None:
+    """What the probe drives of a decode step (the scheduler's prepare, the worker's step, the result
+    processing) launches the same ops, replays the same graphs and makes the same SGLang Python calls at
+    prompt 256 and 1024: a per-token loop, a whole-row .tolist() or a growing tensor op would show here (the
+    H200's growth from 256 to 1024 is then outside this code: the model runners' host side, which is
+    scripted here, or the event loop's other work)."""
+    facts = cells[path]
+    for commit in COMMITS:
+        short, long_ = (facts[f"{algo}_bs1_p{p}_c{commit}"] for p in PROMPTS)
+        for cell in (short, long_):
+            assert cell["errors"] == [], cell["errors"]
+        with capsys.disabled():
+            print(
+                f"\n{path} {algo} commit {commit}: sglang calls/step {short['sglang_calls_per_step']} -> "
+                f"{long_['sglang_calls_per_step']}, eager ops {_eager(short)} -> same: "
+                f"{_eager(short) == _eager(long_)}, host ms {short['host_ms_per_step_median']:.3f} -> "
+                f"{long_['host_ms_per_step_median']:.3f} (CPU: the ops' arithmetic grows with the context)"
+            )
+        assert _eager(long_) == _eager(short)
+        assert long_["ops_per_step"] == short["ops_per_step"]
+        assert long_["graph_replays_per_step"] == short["graph_replays_per_step"]
+        assert long_["sglang_calls_by_function"] == short["sglang_calls_by_function"]
+
+
+@pytest.mark.parametrize("path", ["v1", "v2"])
+@pytest.mark.parametrize("algo", ["ddtree", "dflash"])
+def test_step_host_work_per_accepted_token(cells: dict, path: str, algo: str) -> None:
+    """One commit against three per verify: the same ops per step; the SGLang Python calls grow by at most
+    CALLS_PER_TOKEN_MAX per extra emitted token (v1's per-token finish checks; v2 checks a block at once)."""
+    for prompt in PROMPTS:
+        one, three = (cells[path][f"{algo}_bs1_p{prompt}_c{c}"] for c in COMMITS)
+        extra_tokens = three["tokens_per_step"] - one["tokens_per_step"]
+        assert extra_tokens == pytest.approx(2.0), (one["tokens_per_step"], three["tokens_per_step"])
+        assert _eager(three) == _eager(one)
+        grown = three["sglang_calls_per_step"] - one["sglang_calls_per_step"]
+        assert grown <= CALLS_PER_TOKEN_MAX[path] * extra_tokens, (grown, three["sglang_calls_by_function"])

@@ -633,6 +633,37 @@ def test_python_stacks_rank_functions_by_inclusive_and_own_host_time_per_step() 
     assert "| dflash_worker.py:1186 forward_batch_generation | 400.0 |" in table([result])
 
 
+def test_python_growth_names_what_grows_from_the_shortest_to_the_longest_context() -> None:
+    """Issue 25's stacks job at contexts 256 and 1024: per mode, the functions whose inclusive host time per
+    step grows, largest first; one missing from the shorter context's ranking counts from 0 and is marked
+    `<`; a mode with one context or without stacks says nothing."""
+    from benchmarks.pair.profile_step import python_growth_lines
+
+    def run(mode: str, inclusive: list) -> dict:
+        own = [[name, us / 2] for name, us in inclusive if name != "a.py:1 step"]  # the caller's own: none
+        return {"mode": mode, "steps": 8, "python_us_per_step": {"inclusive": inclusive, "self": own}}
+
+    results = [
+        run(
+            "ddtree-16@overlap ctx 256",
+            [["a.py:1 step", 900.0], ["b.py:2 loop", 100.0], ["c.py:3 same", 50.0]],
+        ),
+        run(
+            "ddtree-16@overlap ctx 1024",
+            [["a.py:1 step", 1700.0], ["b.py:2 loop", 700.0], ["d.py:4 new", 60.0], ["c.py:3 same", 50.0]],
+        ),
+        run("ddtree-16 ctx 256", [["a.py:1 step", 10.0]]),
+        {"mode": "none ctx 256", "steps": 8, "per_step_us": {}},
+    ]
+    lines = python_growth_lines(results)
+    assert lines == [
+        "Python host time that grows, ddtree-16@overlap ctx 256 -> 1024 (inclusive us per step): "
+        "a.py:1 step 900 -> 1700; b.py:2 loop 100 -> 700; d.py:4 new <0 -> 60",
+        "Python host time that grows, ddtree-16@overlap ctx 256 -> 1024 (self us per step): "
+        "b.py:2 loop 50 -> 350; d.py:4 new <0 -> 30",
+    ]
+
+
 def test_greedy_verdict_passes_near_ties_and_fails_a_wide_gap_or_an_unjudged_difference() -> None:
     """On the committed H200 summary (5-8 of 32 identical, every first difference at a gap <= 0.203), then
     the same summary with one gap widened, then without the gaps (summarize run without --pair)."""
