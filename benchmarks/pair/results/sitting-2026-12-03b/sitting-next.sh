@@ -25,7 +25,7 @@ sleep 20
 OVERLAP_ALGORITHM=DFLASH lane b 500 options-stress-overlap
 wait_lanes 700 a b
 OPTIONS_MODES=none,ddtree-16,ddtree-16@nodraftpen timing t1 300 options
-STACKS_MODES=ddtree-16@overlap STACKS_CONTEXTS=256,1024 timing t2 200 stacks
+STACKS_MODES=ddtree-16@overlap,ddtree-16 STACKS_CONTEXTS=256,1024 timing t2 250 stacks
 timing t3 200 serve
 PAIRED_MODES=none,dflash@overlap PAIRED_CONTEXTS=256 PAIRED_ROUNDS=3 timing t4 100 paired
 # issue 28: the penalties' cost at bs 32 with the drafter's pass (0031) beside the verify's (about 60 s)
