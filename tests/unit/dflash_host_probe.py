@@ -108,17 +108,21 @@ class _GraphScope:
                 counter.scope.pop()
 
 
+STAND_IN_ROWS = 1024  # the stand-in replay buffers' rows: bs 32 x 17 verify tokens fit
+
+
 def _copy_inputs_as_replay_does(scope: _GraphScope, inputs: tuple) -> None:
     """The copies a real replay makes into its static buffers (counted under "graph:inputs": on a GPU they
     run eagerly before the graph): step_graphs.InputCopier over the stretch's own buffers where the series
     has it (patch dflash-overlap-prepare-trim), else a slice and a copy_ per input, as BatchGraphs.replay did
-    before it. The buffers (64 rows, torch.empty: no op counted) are made at the first replay; the function
-    still reads its own arguments."""
+    before it. The buffers (1024 rows, torch.empty: no op counted; a real capture holds the largest captured
+    batch, and 64 rows stopped the probe at bs 8, whose DDTREE-8 verify has 72 rows) are made at the first
+    replay; the function still reads its own arguments."""
     import torch
     from sglang.srt.speculative import step_graphs
 
     if scope.buffers is None:
-        scope.buffers = [torch.empty((64, *arg.shape[1:]), dtype=arg.dtype) for arg in inputs]
+        scope.buffers = [torch.empty((STAND_IN_ROWS, *arg.shape[1:]), dtype=arg.dtype) for arg in inputs]
         copier = getattr(step_graphs, "InputCopier", None)
         scope.copier = copier(scope.buffers) if copier is not None else None
     if scope.copier is not None:
