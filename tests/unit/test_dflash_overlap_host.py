@@ -45,9 +45,11 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     return write_tiny_pair(tmp_path_factory.mktemp("host-models"))
 
 
-def _run(sglang_path: str, models: tuple[str, str], switch: str | None) -> dict:
+def _run(
+    sglang_path: str, models: tuple[str, str], switch: str | None, args: tuple = ARGS, timeout: int = 600
+) -> dict:
     env = {"SGLANG_DFLASH_OVERLAP": switch, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    return run_probe(PROBE, MARKER, sglang_path, *models, *ARGS, timeout=600, env=env)
+    return run_probe(PROBE, MARKER, sglang_path, *models, *args, timeout=timeout, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -150,14 +152,10 @@ PROMPTS, COMMITS = (256, 1024), (1, 3)
 CALLS_PER_TOKEN_MAX = {"v1": 12.0, "v2": 1.0}
 
 
-def _cells(sglang_path: str, models: tuple[str, str], switch: str | None) -> dict:
-    env = {"SGLANG_DFLASH_OVERLAP": switch, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    return run_probe(PROBE, MARKER, sglang_path, *models, *CELL_ARGS, timeout=900, env=env)
-
-
 @pytest.fixture(scope="module")
 def cells(sglang_cpu_path: str, models: tuple[str, str]) -> dict[str, dict]:  # noqa: F811
-    return {"v1": _cells(sglang_cpu_path, models, None), "v2": _cells(sglang_cpu_path, models, "1")}
+    v1_cells = _run(sglang_cpu_path, models, None, CELL_ARGS, timeout=900)
+    return {"v1": v1_cells, "v2": _run(sglang_cpu_path, models, "1", CELL_ARGS, timeout=900)}
 
 
 def _eager(cell: dict) -> dict[str, dict[str, float]]:
