@@ -539,7 +539,7 @@ def test_step_times_are_the_rounds_decode_span_per_step() -> None:
 def test_profile_analysis_splits_a_step_into_drafter_target_ddtree_and_idle() -> None:
     """A synthetic Chrome trace of two speculative steps (torch.profiler's format: CPU spans, runtime calls
     and GPU kernels tied by correlation ids), since a real trace needs SGLang on a GPU."""
-    from benchmarks.pair.profile_step import analyze, prompt_of, table
+    from benchmarks.pair.profile_step import analyze, prompt_of, table, unprofiled_idle_pct
 
     events: list[dict] = []
 
@@ -578,6 +578,11 @@ def test_profile_analysis_splits_a_step_into_drafter_target_ddtree_and_idle() ->
     # window 20 .. 1260 = 1240 us, busy 2 x 110 = 220 us -> idle (1240 - 220) / 2 per step
     assert per_step["wall"] == 620 and per_step["idle GPU"] == 510
     assert "| drafter forward | 30.0 |" in table([result])
+    # busy 110 us a step; without the profiler the step took 0.2 ms -> the GPU idled 45 % of it
+    timed = {**result, "unprofiled_step_ms": 0.2}
+    assert unprofiled_idle_pct(timed) == 45.0 and unprofiled_idle_pct(result) is None
+    assert "| GPU idle of the step without profiler (%, est.) | 45.0 | - |" in table([timed, result])
+    assert unprofiled_idle_pct({**result, "unprofiled_step_ms": 0.1}) == 0.0  # never below zero
     plain = analyze({"traceEvents": [dict(e, name="step[DECODE bs=1]") if "VERIFY" in e["name"] else e
                                      for e in events]}, "none")  # fmt: skip
     assert plain["per_step_us"]["target forward"] == 45 and plain["steps"] == 4
