@@ -12,7 +12,7 @@ default pro6000; `ddtree-N` sets the budget); the prompts are random real tokens
 weights are crafted, so acceptance is as constructed (DFLASH 2, DDTREE 3 tokens per step), not a trained
 drafter's; what it measures is where a step's time goes on that architecture's kernels.
 
-For each mode: one server (serve_bench's settings, graphs for bs 1-4 only); per context (default 256 and
+For each mode: one server (serve_bench's settings, graphs for bs 1-32 only); per context (default 256 and
 4096, past the drafter's 2048-token window, where the served DFLASH step more than doubled) a warm-up
 request, then SGLang's own torch profiler (POST /start_profile, CPU + GPU activities, `--steps` scheduler
 steps) over one greedy request at concurrency 1 (`--profile-concurrency N`: N requests sent at once, so the
