@@ -9,7 +9,9 @@ sizes 1, 8, 32 and accepted lengths 1..8, for the finish check alone (`output_id
 `update_finish_state`, every request of the batch) and for the whole `process_batch_result_decode` (the real
 SchedulerBatchResultProcessor and SchedulerOutputStreamer; the metrics reporter, allocator and detokenizer
 socket are stand-ins: the socket pickles the payload as zmq's send_pyobj would).
-`check SEED N` prints `SPEC-V2-RESULT-CHECK {json}`: N random cases (hypothesis) run through both paths."""
+`check SEED N` prints `SPEC-V2-RESULT-CHECK {json}`: N random cases (hypothesis) run through both paths.
+`check-v1 SEED N` prints the same marker: spec v1's verify append (patch 0032, the same fast-path test)
+against the token-by-token loop it replaces, on the same random cases plus aborts and grammars."""
 
 from __future__ import annotations
 
@@ -257,6 +259,26 @@ def bench(repeats: int = 200) -> dict:
 # ---------------------------------------------------------------- the equivalence check
 
 
+def random_case(rng: random.Random) -> tuple[dict, list[int], list[int]]:
+    """One request: up to 48 tokens with EOS, stop and out-of-vocab ids at random positions (so at every
+    position of a block), its settings, and its accepted block sizes (1..8)."""
+    length = rng.randint(1, 48)
+    tokens = [rng.choice(LETTERS) for _ in range(length)]
+    for _ in range(rng.randint(0, 3)):
+        tokens[rng.randrange(length)] = rng.choice([EOS, MODEL_EOS, EXTRA_STOP, STOP_ID, 6, VOCAB + 3])
+    settings: dict = {"max_new_tokens": rng.randint(1, 56)}
+    if rng.random() < 0.5:
+        settings["stop_token_ids"] = rng.sample([STOP_ID, 6, 7], rng.randint(1, 2))
+    if rng.random() < 0.25:
+        settings["stop"] = [
+            "".join(rng.choice("abcdefgh") for _ in range(rng.randint(1, 3))) for _ in range(2)
+        ]
+    if rng.random() < 0.15:
+        settings["ignore_eos"] = True
+    steps = [rng.randint(1, 8) for _ in range(48)]
+    return settings, tokens, steps
+
+
 def check(seed: int, cases: int) -> dict:
     """Random cases through both paths: output_ids, finished_reason, finished_len and the returned tokens must
     be equal. Counts how often each kind of finish fell inside a block (not its last token)."""
@@ -266,25 +288,7 @@ def check(seed: int, cases: int) -> dict:
     from hypothesis import strategies as st
 
     tallies = {"cases": 0, "differ": 0, "first": [], "finished": {}, "inside_block": {}, "fast_taken": 0}
-
-    def case(rng: random.Random) -> tuple[dict, list[int], list[int]]:
-        """One request: up to 48 tokens with EOS, stop and out-of-vocab ids at random positions (so at every
-        position of a block), its settings, and its accepted block sizes (1..8)."""
-        length = rng.randint(1, 48)
-        tokens = [rng.choice(LETTERS) for _ in range(length)]
-        for _ in range(rng.randint(0, 3)):
-            tokens[rng.randrange(length)] = rng.choice([EOS, MODEL_EOS, EXTRA_STOP, STOP_ID, 6, VOCAB + 3])
-        settings: dict = {"max_new_tokens": rng.randint(1, 56)}
-        if rng.random() < 0.5:
-            settings["stop_token_ids"] = rng.sample([STOP_ID, 6, 7], rng.randint(1, 2))
-        if rng.random() < 0.25:
-            settings["stop"] = [
-                "".join(rng.choice("abcdefgh") for _ in range(rng.randint(1, 3))) for _ in range(2)
-            ]
-        if rng.random() < 0.15:
-            settings["ignore_eos"] = True
-        steps = [rng.randint(1, 8) for _ in range(48)]
-        return settings, tokens, steps
+    case = random_case
 
     @hseed(seed)
     @hsettings(max_examples=cases, deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -356,6 +360,97 @@ def fast_path_share(seed: int) -> float:
     return taken / steps
 
 
+# ---------------------------------------------------------------- spec v1's verify append (patch 0032)
+
+
+class _Grammar:
+    """A grammar stand-in: records the tokens it is told, terminates after `limit` of them."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.seen = limit, []
+
+    def accept_token(self, token: int) -> None:
+        self.seen.append(int(token))
+
+    def is_terminated(self) -> bool:
+        return len(self.seen) >= self.limit
+
+
+def run_v1_steps(settings: dict, tokens: list[int], steps: list[int], fast: bool, abort_at: int | None,
+                 grammar_limit: int | None) -> dict:  # fmt: skip
+    """Spec v1's verify of one request over its steps: each step's block through append_accepted_tokens (what
+    DFLASH's and DDTREE's verify call), until the request finishes (it then leaves the batch); an abort
+    (to_finish) before step `abort_at`. Returns the outcome, the count appended per step and the grammar's
+    tokens."""
+    from sglang.srt.managers.schedule_batch import FINISH_ABORT
+    from sglang.srt.speculative.dflash_step_host import append_accepted_tokens
+
+    set_fast_path(fast)
+    req = make_request(settings)
+    if grammar_limit is not None:
+        req.grammar = _Grammar(grammar_limit)
+    appended, start = [], 0
+    for index, size in enumerate(steps):
+        if start >= len(tokens) or req.finished():
+            break
+        if index == abort_at:
+            req.to_finish = FINISH_ABORT("probe abort")
+        appended.append(append_accepted_tokens(req, tokens[start : start + size]))
+        start += appended[-1]
+    grammar = None if req.grammar is None else req.grammar.seen
+    return {**outcome(req), "appended": appended, "grammar": grammar}
+
+
+def check_v1(seed: int, cases: int) -> dict:
+    """Random cases through append_accepted_tokens with the fast path off (the token-by-token loop of
+    0.5.13.post1's verify) and on: outcome, appended counts and grammar tokens must be equal. Counts how
+    often each kind of finish came inside a block, and the share of blocks the fast path took."""
+    from hypothesis import HealthCheck, given
+    from hypothesis import seed as hseed
+    from hypothesis import settings as hsettings
+    from hypothesis import strategies as st
+    from sglang.srt.managers.schedule_batch import Req
+
+    tallies = {"cases": 0, "differ": 0, "first": [], "inside_block": {}, "blocks": 0, "fast_blocks": 0}
+    original = Req._spec_v2_block_cannot_finish
+
+    def counted(self, n: int) -> bool:
+        answer = original(self, n)
+        tallies["fast_blocks"] += answer
+        return answer
+
+    @hseed(seed)
+    @hsettings(max_examples=cases, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(st.integers(0, 2**63))
+    def one(case_seed: int) -> None:
+        rng = random.Random(case_seed)
+        settings, tokens, steps = random_case(rng)
+        abort_at = rng.randrange(6) if rng.random() < 0.1 else None
+        grammar_limit = rng.randint(1, 30) if rng.random() < 0.1 else None
+        old = run_v1_steps(settings, tokens, steps, False, abort_at, grammar_limit)
+        Req._spec_v2_block_cannot_finish = counted
+        try:
+            new = run_v1_steps(settings, tokens, steps, True, abort_at, grammar_limit)
+        finally:
+            Req._spec_v2_block_cannot_finish = original
+        tallies["cases"] += 1
+        tallies["blocks"] += len(new["appended"])
+        if old != new:
+            tallies["differ"] += 1
+            if len(tallies["first"]) < 3:
+                tallies["first"].append({"settings": settings, "tokens": tokens, "old": old, "new": new})
+        reason = "NaN happened" if old["matched"] == "NaN happened" else old["reason"]
+        if reason is not None:
+            cut = old["appended"][-1] < min(
+                steps[len(old["appended"]) - 1], len(tokens) - sum(old["appended"][:-1])
+            )
+            if cut:
+                tallies["inside_block"][reason] = tallies["inside_block"].get(reason, 0) + 1
+
+    one()
+    return tallies
+
+
 if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else "bench"
     marker = "SPEC-V2-RESULT-BENCH" if mode == "bench" else "SPEC-V2-RESULT-CHECK"
@@ -364,8 +459,10 @@ if __name__ == "__main__":
             out = bench(int(sys.argv[2]) if len(sys.argv) > 2 else 200)
         elif mode == "check":
             out = check(int(sys.argv[2]), int(sys.argv[3]))
+        elif mode == "check-v1":
+            out = check_v1(int(sys.argv[2]), int(sys.argv[3]))
         else:
-            raise SystemExit(f"unknown mode {mode!r}: bench [REPEATS] | check SEED N")
+            raise SystemExit(f"unknown mode {mode!r}: bench [REPEATS] | check SEED N | check-v1 SEED N")
     except Exception:
         out = {"probe_error": traceback.format_exc()}
     print(f"{marker} " + json.dumps(out))
