@@ -5,7 +5,9 @@ tests build it) and prints microseconds per step, before (0024's token-by-token 
 SPEC_V2_RESULT_FAST_PATH off) and after (patch spec-v2-result-fast-path) side by side, measured interleaved
 in one process. Two levels: `finish` is the finish check alone (every request's `output_ids.extend` and
 `update_finish_state`), `decode` the whole `process_batch_result_decode` (the real result processor and
-output streamer; metrics, allocator and the detokenizer socket stood in, the payload pickled).
+output streamer; metrics, allocator and the detokenizer socket stood in, the payload pickled). A third,
+`v1`, is spec v1's verify append of a step (patch spec-v1-verify-fast-append's append_accepted_tokens: old =
+the token-by-token loop of 0.5.13.post1's verify, new = its fast path), the same switch.
 
     .venv/bin/python -m benchmarks.spec_v2_result_bench [--repeats 200] [--json OUT]
 """
@@ -25,7 +27,7 @@ def table(result: dict) -> str:
     """One markdown row per (scenario, batch size, level): old/new us for accepted lengths 1..8."""
     rows: dict[tuple[str, int, str], dict[int, tuple[float, float]]] = {}
     for row in result["rows"]:
-        for level in ("finish", "decode"):
+        for level in ("finish", "v1", "decode"):
             if f"{level}_old_us" in row:
                 key = (row["scenario"], row["bs"], level)
                 rows.setdefault(key, {})[row["n"]] = (row[f"{level}_old_us"], row[f"{level}_new_us"])

@@ -6,7 +6,8 @@ random blocks.
 
 `bench` prints `SPEC-V2-RESULT-BENCH {json}`: microseconds per step (median of interleaved repeats) at batch
 sizes 1, 8, 32 and accepted lengths 1..8, for the finish check alone (`output_ids.extend` +
-`update_finish_state`, every request of the batch) and for the whole `process_batch_result_decode` (the real
+`update_finish_state`, every request of the batch), spec v1's verify append (`v1`: patch 0032's
+append_accepted_tokens, loop against fast path) and for the whole `process_batch_result_decode` (the real
 SchedulerBatchResultProcessor and SchedulerOutputStreamer; the metrics reporter, allocator and detokenizer
 socket are stand-ins: the socket pickles the payload as zmq's send_pyobj would).
 `check SEED N` prints `SPEC-V2-RESULT-CHECK {json}`: N random cases (hypothesis) run through both paths.
@@ -128,6 +129,22 @@ def time_finish_check(reqs: list, blocks: list[list[int]], fast: bool) -> float:
     return elapsed
 
 
+def time_v1_append(reqs: list, blocks: list[list[int]], fast: bool) -> float:
+    """Microseconds for spec v1's verify append of one step over the batch (patch 0032's
+    append_accepted_tokens: the token-by-token loop with the fast path off)."""
+    from sglang.srt.speculative.dflash_step_host import append_accepted_tokens
+
+    set_fast_path(fast)
+    priors = [len(r.output_ids) for r in reqs]
+    begin = time.perf_counter_ns()
+    for req, block in zip(reqs, blocks, strict=True):
+        append_accepted_tokens(req, block)
+    elapsed = (time.perf_counter_ns() - begin) / 1000.0
+    for req, prior in zip(reqs, priors, strict=True):
+        reset(req, prior)
+    return elapsed
+
+
 class _Sink:
     """The detokenizer socket: pickles what send_pyobj would send."""
 
@@ -242,6 +259,7 @@ def bench(repeats: int = 200) -> dict:
                 timers = {
                     "finish": functools.partial(time_finish_check, reqs, blocks),
                     "decode": functools.partial(time_decode_result, processor, reqs, blocks),
+                    "v1": functools.partial(time_v1_append, reqs, blocks),
                 }
                 for level, timer in timers.items():
                     if scenario == "max_new_near" and level == "decode":
