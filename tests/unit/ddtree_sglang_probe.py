@@ -146,12 +146,15 @@ def _assign_req_to_token_reference(req_pool_indices, req_to_token, start, end, o
 
 
 class _Req:
-    """The Req attributes verify() touches; finishes after `max_new` tokens."""
+    """The Req attributes verify() touches; finishes after `max_new` tokens (also its max_new_tokens for the
+    block test of patch 0032's append, which agrees: a block that stays under it cannot finish it)."""
 
     def __init__(self, max_new: int):
         self.output_ids: list[int] = []
         self.origin_input_ids = [5]
         self.grammar = None
+        self.to_finish = None
+        self.sampling_params = types.SimpleNamespace(stop_strs=[], stop_regex_strs=[], max_new_tokens=max_new)
         self.max_new = max_new
         self.spec_verify_ct = 0
         self.spec_num_correct_drafts = 0
@@ -163,6 +166,9 @@ class _Req:
 
     def finished(self) -> bool:
         return len(self.output_ids) >= self.max_new
+
+    def _spec_v2_block_cannot_finish(self, new_accepted_len: int) -> bool:
+        return len(self.output_ids) < self.max_new
 
 
 def _verify_facts() -> dict:

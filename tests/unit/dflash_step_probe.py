@@ -158,6 +158,23 @@ def _path_indices_facts() -> dict:
     }
 
 
+def _host_ints_facts() -> list[dict]:
+    """host_ints_to_device on the CPU (patch 0032 builds int64/int32 through torch.frombuffer): what comes
+    back for empty, one-element and extreme lists, and a dtype that keeps torch.tensor."""
+    from sglang.srt.speculative.dflash_step_host import host_ints_to_device
+
+    cases = [
+        ([], torch.int64), ([7], torch.int64), ([-3, 0, 2**40, -(2**63)], torch.int64),
+        ([], torch.int32), ([-(2**31), 0, 2**31 - 1], torch.int32), ([1, -2, 300], torch.int16),
+    ]  # fmt: skip
+    out = []
+    for values, dtype in cases:
+        got = host_ints_to_device(values, dtype, "cpu")
+        got.add_(0)  # writable
+        out.append({"values": values, "dtype": str(dtype), "got": got.tolist(), "got_dtype": str(got.dtype)})
+    return out
+
+
 def _tree_mask_facts() -> dict:
     """The flat verify mask by the kernel (interpreter) vs ddtree_utils.flatten_verify_mask, on real trees."""
     from sglang.srt.speculative.ddtree_utils import build_ddtree, flatten_verify_mask
@@ -503,6 +520,7 @@ def main() -> None:
         facts["dflash_verify_fast"] = _with_fast_step("1", _dflash_verify_once)
         facts["dflash_verify_upstream"] = _with_fast_step("0", _dflash_verify_once)
         facts["indices"] = _path_indices_facts()
+        facts["host_ints"] = _host_ints_facts()
         facts["mask_policy"] = _mask_policy_facts()
         facts["tree_mask"] = _tree_mask_facts()
         facts["padded_append"] = _padded_append_facts()

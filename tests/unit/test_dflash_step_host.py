@@ -73,6 +73,15 @@ def test_keep_and_free_indices_follow_the_chain_and_the_path(facts: dict) -> Non
     assert sorted(ix["tree_kept"] + ix["tree_freed"]) == list(range(27))
 
 
+def test_host_lists_reach_the_device_helper_unchanged_in_value_and_dtype(facts: dict) -> None:
+    """host_ints_to_device (torch.frombuffer over an array for int64/int32 since patch 0032): every value,
+    the extremes of each width included, and the dtype asked for; empty lists and other dtypes too."""
+    for case in facts["host_ints"]:
+        assert case["got"] == case["values"], case
+        assert case["got_dtype"] == case["dtype"], case
+    assert len(facts["host_ints"]) == 6
+
+
 def test_chain_verify_on_triton_needs_no_host_mask_unless_the_target_slides(facts: dict) -> None:
     fast, upstream = facts["mask_policy"]["1"], facts["mask_policy"]["0"]
     assert fast == {"triton": False, "triton_window": True, "flashinfer": False, "hybrid_triton": False}
