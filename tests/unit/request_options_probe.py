@@ -216,13 +216,21 @@ class _DecodeReq:
         self.output_ids = [first_token]  # the prefill's token
         self.origin_input_ids = [1, 2]
         self.grammar = None
+        self.to_finish = None
         self.spec_verify_ct = self.spec_num_correct_drafts = 0
         self.kv_committed_len = self.kv_allocated_len = 0
         self._finished = False
 
+    def _stops(self) -> set[int]:
+        return {EOS} | set(self.sampling_params.stop_token_ids or ())
+
     def update_finish_state(self) -> None:
-        stops = {EOS} | set(self.sampling_params.stop_token_ids or ())
-        self._finished = len(self.output_ids) >= MAX_NEW or self.output_ids[-1] in stops
+        self._finished = len(self.output_ids) >= MAX_NEW or self.output_ids[-1] in self._stops()
+
+    def _spec_v2_block_cannot_finish(self, new_accepted_len: int) -> bool:
+        """The block test of patch 0032's append, by this stand-in's own finish rule."""
+        block = self.output_ids[-new_accepted_len:]
+        return len(self.output_ids) < MAX_NEW and self._stops().isdisjoint(block)
 
     def finished(self) -> bool:
         return self._finished
