@@ -115,30 +115,21 @@ def reset(req, prior_len: int) -> None:
     req.to_finish = None
 
 
-def time_finish_check(reqs: list, blocks: list[list[int]], fast: bool) -> float:
-    """Microseconds for one step's finish check over the batch."""
+def finish_check(req, block: list[int]) -> None:
+    """The spec-v2 result path of one request's step: its block appended, then one update_finish_state."""
+    req.output_ids.extend(block)
+    req.update_finish_state(len(block))
+
+
+def time_step(one_request, reqs: list, blocks: list[list[int]], fast: bool) -> float:
+    """Microseconds for one step's `one_request(req, block)` over the batch (the finish check above, or spec
+    v1's verify append: patch 0032's append_accepted_tokens, the token-by-token loop with the fast path
+    off); the requests are reset outside the timing."""
     set_fast_path(fast)
     priors = [len(r.output_ids) for r in reqs]
     begin = time.perf_counter_ns()
     for req, block in zip(reqs, blocks, strict=True):
-        req.output_ids.extend(block)
-        req.update_finish_state(len(block))
-    elapsed = (time.perf_counter_ns() - begin) / 1000.0
-    for req, prior in zip(reqs, priors, strict=True):
-        reset(req, prior)
-    return elapsed
-
-
-def time_v1_append(reqs: list, blocks: list[list[int]], fast: bool) -> float:
-    """Microseconds for spec v1's verify append of one step over the batch (patch 0032's
-    append_accepted_tokens: the token-by-token loop with the fast path off)."""
-    from sglang.srt.speculative.dflash_step_host import append_accepted_tokens
-
-    set_fast_path(fast)
-    priors = [len(r.output_ids) for r in reqs]
-    begin = time.perf_counter_ns()
-    for req, block in zip(reqs, blocks, strict=True):
-        append_accepted_tokens(req, block)
+        one_request(req, block)
     elapsed = (time.perf_counter_ns() - begin) / 1000.0
     for req, prior in zip(reqs, priors, strict=True):
         reset(req, prior)
@@ -248,6 +239,8 @@ def time_decode_result(processor, reqs: list, blocks: list[list[int]], fast: boo
 
 def bench(repeats: int = 200) -> dict:
     """Median microseconds per step, old (token by token) and new (fast path), interleaved A/B."""
+    from sglang.srt.speculative.dflash_step_host import append_accepted_tokens
+
     rows = []
     processor = make_processor()
     for scenario in SCENARIOS:
@@ -257,9 +250,9 @@ def bench(repeats: int = 200) -> dict:
                 blocks = [[LETTERS[(i + j) % len(LETTERS)] for j in range(n)] for i in range(bs)]
                 row = {"scenario": scenario, "bs": bs, "n": n}
                 timers = {
-                    "finish": functools.partial(time_finish_check, reqs, blocks),
+                    "finish": functools.partial(time_step, finish_check, reqs, blocks),
                     "decode": functools.partial(time_decode_result, processor, reqs, blocks),
-                    "v1": functools.partial(time_v1_append, reqs, blocks),
+                    "v1": functools.partial(time_step, append_accepted_tokens, reqs, blocks),
                 }
                 for level, timer in timers.items():
                     if scenario == "max_new_near" and level == "decode":
@@ -297,20 +290,29 @@ def random_case(rng: random.Random) -> tuple[dict, list[int], list[int]]:
     return settings, tokens, steps
 
 
-def check(seed: int, cases: int) -> dict:
-    """Random cases through both paths: output_ids, finished_reason, finished_len and the returned tokens must
-    be equal. Counts how often each kind of finish fell inside a block (not its last token)."""
+def run_cases(seed: int, cases: int, body) -> None:
+    """body(case_seed) for `cases` case seeds that Hypothesis draws, reproducible from `seed` (no example
+    database, no deadline)."""
     from hypothesis import HealthCheck, given
     from hypothesis import seed as hseed
     from hypothesis import settings as hsettings
     from hypothesis import strategies as st
 
-    tallies = {"cases": 0, "differ": 0, "first": [], "finished": {}, "inside_block": {}, "fast_taken": 0}
-    case = random_case
-
     @hseed(seed)
     @hsettings(max_examples=cases, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     @given(st.integers(0, 2**63))
+    def drawn(case_seed: int) -> None:
+        body(case_seed)
+
+    drawn()
+
+
+def check(seed: int, cases: int) -> dict:
+    """Random cases through both paths: output_ids, finished_reason, finished_len and the returned tokens must
+    be equal. Counts how often each kind of finish fell inside a block (not its last token)."""
+    tallies = {"cases": 0, "differ": 0, "first": [], "finished": {}, "inside_block": {}, "fast_taken": 0}
+    case = random_case
+
     def one(case_seed: int) -> None:
         settings, tokens, steps = case(random.Random(case_seed))
         old = run_steps(settings, tokens, steps, fast=False)
@@ -332,7 +334,7 @@ def check(seed: int, cases: int) -> dict:
             if old["finished_len"] not in ends:
                 tallies["inside_block"][reason] = tallies["inside_block"].get(reason, 0) + 1
 
-    one()
+    run_cases(seed, cases, one)
     tallies["fast_taken"] = fast_path_share(seed)
     tallies["stop_ids_follow_a_new_tokenizer"] = stop_ids_follow_a_new_tokenizer()
     return tallies
@@ -423,10 +425,6 @@ def check_v1(seed: int, cases: int) -> dict:
     """Random cases through append_accepted_tokens with the fast path off (the token-by-token loop of
     0.5.13.post1's verify) and on: outcome, appended counts and grammar tokens must be equal. Counts how
     often each kind of finish came inside a block, and the share of blocks the fast path took."""
-    from hypothesis import HealthCheck, given
-    from hypothesis import seed as hseed
-    from hypothesis import settings as hsettings
-    from hypothesis import strategies as st
     from sglang.srt.managers.schedule_batch import Req
 
     tallies = {"cases": 0, "differ": 0, "first": [], "inside_block": {}, "blocks": 0, "fast_blocks": 0}
@@ -437,9 +435,6 @@ def check_v1(seed: int, cases: int) -> dict:
         tallies["fast_blocks"] += answer
         return answer
 
-    @hseed(seed)
-    @hsettings(max_examples=cases, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-    @given(st.integers(0, 2**63))
     def one(case_seed: int) -> None:
         rng = random.Random(case_seed)
         settings, tokens, steps = random_case(rng)
@@ -465,7 +460,7 @@ def check_v1(seed: int, cases: int) -> dict:
             if cut:
                 tallies["inside_block"][reason] = tallies["inside_block"].get(reason, 0) + 1
 
-    one()
+    run_cases(seed, cases, one)
     return tallies
 
 
