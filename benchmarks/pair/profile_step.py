@@ -161,11 +161,17 @@ def analyze(trace: dict[str, Any], mode: str) -> dict[str, Any]:
     return result
 
 
+BOUND_OBJECT = re.compile(r" at 0x[0-9a-fA-F]+>$")
+
+
 def _short(name: str) -> str:
-    """'/tmp/site/sglang/srt/managers/scheduler.py(1234): run_batch' -> 'scheduler.py:1234 run_batch'."""
+    """'/tmp/site/sglang/srt/managers/scheduler.py(1234): run_batch' -> 'scheduler.py:1234 run_batch'; a C
+    method's name without the address of the object it was bound to ('<built-in method to of Tensor object
+    at 0x7f..>' -> '<built-in method to of Tensor object>'), so one method on many tensors is one row and the
+    same row in two runs (2026-12-03d: `to` on different tensors split into rows that no two runs shared)."""
     where, _, function = name.partition("): ")
     if not function:
-        return name
+        return BOUND_OBJECT.sub(">", name)
     path, _, line = where.rpartition("(")
     return f"{path.rsplit('/', 1)[-1]}:{line} {function}"
 
@@ -291,8 +297,9 @@ def ddtree_share_lines(results: list[dict[str, Any]]) -> list[str]:
 def python_growth_lines(results: list[dict[str, Any]], top: int = 10) -> list[str]:
     """With --stacks at several contexts (issue 25: the v2 step grew 1.72 -> 2.57 ms from context 256 to 1024
     with the same GPU work): per mode, the Python functions whose inclusive and self host time per step grow
-    most from the shortest to the longest context. A function under the shorter context's ranking (PYTHON_TOP)
-    counts from 0 there and is marked `<`: it was below that ranking's last entry."""
+    most from the shortest to the longest context. A function missing from the shorter context's ranking
+    (PYTHON_TOP) is marked `<` with that ranking's last entry: it was below it, so its growth counts from
+    there (a lower bound; 2026-12-03d read `<0 -> 490` for a function under a cutoff of 511 us)."""
     by_mode: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     for result in results:
         mode, sep, context = str(result.get("mode", "")).rpartition(" ctx ")
@@ -305,15 +312,18 @@ def python_growth_lines(results: list[dict[str, Any]], top: int = 10) -> list[st
             continue
         (short_ctx, short), (long_ctx, long_) = min(runs, key=lambda r: r[0]), max(runs, key=lambda r: r[0])
         for kind in ("inclusive", "self"):  # self: a wait (a synchronize) or a loop shows where it runs
-            before = {name: us for name, us in short.get(kind, [])}
+            ranking = short.get(kind, [])
+            before = {name: us for name, us in ranking}
+            floor = min((us for _, us in ranking), default=0.0)  # the shorter ranking's last entry
             after = {name: us for name, us in long_.get(kind, [])}
             grown = sorted(
-                ((n, before.get(n), us) for n, us in after.items()), key=lambda r: -(r[2] - (r[1] or 0.0))
+                ((n, before.get(n), us) for n, us in after.items()),
+                key=lambda r: -(r[2] - (floor if r[1] is None else r[1])),
             )
             parts = [
-                f"{n} {'<' if b is None else ''}{b or 0.0:g} -> {a:g}"
+                f"{n} {'<' if b is None else ''}{floor if b is None else b:g} -> {a:g}"
                 for n, b, a in grown[:top]
-                if a > (b or 0.0)
+                if a > (floor if b is None else b)
             ]
             lines.append(
                 f"Python host time that grows, {mode} ctx {short_ctx} -> {long_ctx} ({kind} us per step): "

@@ -638,6 +638,29 @@ def test_python_stacks_rank_functions_by_inclusive_and_own_host_time_per_step() 
     assert "| dflash_worker.py:1186 forward_batch_generation | 400.0 |" in table([result])
 
 
+def test_python_hotspots_merge_one_c_method_bound_to_many_objects() -> None:
+    """The Python tracer names a C method with the address of the object it is bound to; on 2026-12-03d
+    `Tensor.to` on different tensors made rows no two runs shared, so a growth line read `<0 -> 262` for a
+    method at about 270 us in both. One method is one row: its calls on every object add up."""
+    from benchmarks.pair.profile_step import python_hotspots
+
+    def call(name: str, ts: float, dur: float) -> dict:
+        return {"name": name, "ts": ts, "dur": dur, "tid": 1, "cat": "python_function"}
+
+    calls = [
+        call("/site/sglang/srt/managers/scheduler.py(10): run_batch", 0.0, 100.0),
+        call("<built-in method to of Tensor object at 0x7f5b002dfd90>", 10.0, 20.0),
+        call("<built-in method to of Tensor object at 0x7f5b00327d40>", 40.0, 30.0),
+        call("<built-in method copy_ of Tensor object at 0x7f5b002e7570>", 75.0, 5.0),
+    ]
+    got = python_hotspots(calls, steps=1, window_start=0.0, window_end=200.0)
+    assert dict(map(tuple, got["self"])) == {
+        "scheduler.py:10 run_batch": 45.0,
+        "<built-in method to of Tensor object>": 50.0,
+        "<built-in method copy_ of Tensor object>": 5.0,
+    }
+
+
 def test_python_growth_names_what_grows_from_the_shortest_to_the_longest_context() -> None:
     """Issue 25's stacks job at contexts 256 and 1024: per mode, the functions whose inclusive host time per
     step grows, largest first; one missing from the shorter context's ranking counts from 0 and is marked
@@ -663,9 +686,9 @@ def test_python_growth_names_what_grows_from_the_shortest_to_the_longest_context
     lines = python_growth_lines(results)
     assert lines == [
         "Python host time that grows, ddtree-16@overlap ctx 256 -> 1024 (inclusive us per step): "
-        "a.py:1 step 900 -> 1700; b.py:2 loop 100 -> 700; d.py:4 new <0 -> 60",
+        "a.py:1 step 900 -> 1700; b.py:2 loop 100 -> 700; d.py:4 new <50 -> 60",
         "Python host time that grows, ddtree-16@overlap ctx 256 -> 1024 (self us per step): "
-        "b.py:2 loop 50 -> 350; d.py:4 new <0 -> 30",
+        "b.py:2 loop 50 -> 350; d.py:4 new <25 -> 30",
     ]
 
 

@@ -75,8 +75,7 @@ def test_the_check_sees_a_synchronous_copy() -> None:
 def test_v2_reservation_bounds_go_in_one_pinned_copy(sglang_cpu_path: str) -> None:  # noqa: F811
     """Patch 0033: DFlashDraftInputV2.prepare_for_decode (SGLANG_DFLASH_OVERLAP=1) sends the reservation's
     start and end through host_ints_to_device(pinned=PINNED_RESERVE, default on) once; no
-    `torch.tensor(...).to(...)` from pageable memory, whose copy may wait for the schedule stream (H200
-    2026-12-03d: 262 us of Tensor.to a step)."""
+    `torch.tensor(...).to(...)` from pageable memory, whose copy may wait for the schedule stream."""
     source = "sglang/srt/speculative/dflash_info_v2.py"
     method = _method(
         ast.parse((_patched_root(sglang_cpu_path) / source).read_text()),
