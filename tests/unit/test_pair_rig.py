@@ -631,7 +631,7 @@ def test_python_stacks_rank_functions_by_inclusive_and_own_host_time_per_step() 
     assert own["dflash_info.py:313 verify"] == 200 - 30 - 40  # the outer's 80 + the inner's 50
     assert python["triton_launches"] == [["dflash_info.py:313 verify", 1.0, 36.0]]
     assert "| dflash_info.py:313 verify | 1.0 | 36.0 |" in table([result])
-    assert own["<built-in method item of Tensor object at 0x1>"] == 30
+    assert own["<built-in method item of Tensor object>"] == 30  # the bound object's address left out
     assert own["scheduler.py:20 process_batch_result"] == 80 and "detokenizer.py:5 send" not in own
     assert python["self_total"] == (1600 - 5) / 2  # the stepping thread's whole window, once
     assert python["inclusive"][0] == ["dflash_worker.py:1186 forward_batch_generation", 400.0]
