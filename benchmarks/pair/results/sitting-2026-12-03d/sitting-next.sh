@@ -20,8 +20,8 @@
 #   then polls only, back to back: bash tests/gpu/sitting_poll.sh 150
 # END: the seconds left after call 17 less about 200 (12-03d: 1589 left, END 1350, 160 s left at the end).
 # Correctness first (two lanes): patch 0033 (pinned reservation bounds) under overlap, DDTREE and DFLASH.
-# Timing, alone: 0033 paired against its switch at 256 and 1024; where the v2 step's host time goes at 1024
-# now; issue 25's goals at 256 without streaming (none vs DDTREE-16@overlap paired; the three modes' step,
+# Timing, alone: 0033 paired against its switch at 256 and 1024; the v1 step's host time per function at
+# 32 requests (issue 25's concurrency goal; after 0032); issue 25's goals at 256 without streaming (none vs DDTREE-16@overlap paired; the three modes' step,
 # idle share and non-streamed concurrency-32 aggregate); the serve bench (streamed) last.
 cd /tmp/proj || exit 1
 END=${END:-1300}
@@ -33,7 +33,7 @@ sleep 20
 OVERLAP_ALGORITHM=DFLASH lane b 700 stress-overlap
 wait_lanes 900 a b
 PAIRED_MODES=ddtree-16@overlap-pageable,ddtree-16@overlap PAIRED_CONTEXTS=256,1024 PAIRED_ROUNDS=2 timing t1 450 paired
-STACKS_MODES=ddtree-16@overlap STACKS_CONTEXTS=1024 timing t2 300 stacks
+timing t2 300 stacks-c32
 PAIRED_MODES=none,ddtree-16@overlap PAIRED_CONTEXTS=256 PAIRED_ROUNDS=3 timing t3 250 paired
 PROFILE_MODES=none,ddtree-16@overlap,ddtree-16 PROFILE_CONTEXTS=256 timing t4 200 profile
 timing t5 120 serve
