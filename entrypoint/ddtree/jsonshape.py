@@ -75,6 +75,10 @@ def problem(value: Any, schema: Any, where: str = "") -> str | None:
     if isinstance(schema, Required):
         schema = schema.schema
     if isinstance(schema, tuple):
+        kind = type(value)
+        for option in schema:  # a scalar alternative that surely fits: no call (count or null fields)
+            if isinstance(option, type) and kind in _SCALAR_TYPES.get(option, ()):
+                return None
         for option in schema:
             if problem(value, option, where) is None:
                 return None
