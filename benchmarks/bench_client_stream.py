@@ -16,11 +16,18 @@ a core the client and the fake server each used (the side near 100% is the one t
 
     .venv/bin/python -m benchmarks.bench_client_stream [--old REV] [--seconds 2] [--profile]
 
-Measured 2026-12-03 on the 2-core dev machine (shared; the device has 16 cores), old = 5564f79, new = this
-branch, server sending as fast as it can (client / server CPU in % of a core):
+Measured 2026-12-03 16:43 UTC on the 2-core dev machine, shared (load average 3), old = 5564f79 (main
+before the fix), new = c12d49b; the fake server sending as fast as it can; client and server CPU in % of
+one core (a later run at load average 5-6 gave lower figures, the same 3.6-4.2x ratio):
 
-    conc  tok/ev | old ev/s  tok/s   cli%  srv% | new ev/s  tok/s   cli%  srv%
-    (filled in below by the run recorded in README.md)
+    conc tok/ev | old ev/s   tok/s  cli%  srv% | new ev/s   tok/s  cli%  srv%
+       1      1 |     2947    2947    88%    1% |     7881    7881    51%    4%
+       1      3 |     2894    8614    96%    2% |     7335   21836    59%    7%
+      32      1 |     2940    2940    97%    1% |    12659   12659    90%    5%
+      32      3 |     2749    8183    90%    2% |     9403   27990    78%    7%
+
+The old client saturated its core at ~2900 events/s whatever the concurrency (the H200's 3557 tok/s at
+concurrency 32 was this cap); the new one is bound by json.loads of the cumulative list (C, O(n) an event).
 """
 
 from __future__ import annotations
