@@ -35,6 +35,16 @@ class MapOf:
     schema: Any
 
 
+# A scalar schema and the exact types that surely fit it (a subclass such as an IntEnum takes the walk).
+_SCALAR_TYPES: dict[type, frozenset[type]] = {
+    int: frozenset({int}),
+    float: frozenset({int, float}),
+    str: frozenset({str}),
+    bool: frozenset({bool}),
+    NONE: frozenset({NONE}),
+}
+
+
 def _type_name(value: Any) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", NONE: "null"}.get(
         type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__
@@ -55,18 +65,30 @@ def _expected(schema: Any) -> str:
 
 def problem(value: Any, schema: Any, where: str = "") -> str | None:
     """None when `value` fits `schema`, else the first misfit: `FIELD is X, expected Y`."""
+    if isinstance(schema, type):  # the common case first: a scalar of an exact accepted type
+        exact = _SCALAR_TYPES.get(schema)
+        if exact is not None and type(value) in exact:
+            return None
     label = where or "the answer"
     if schema is ANY:
         return None
     if isinstance(schema, Required):
         schema = schema.schema
     if isinstance(schema, tuple):
-        if any(problem(value, s, where) is None for s in schema):
-            return None
+        kind = type(value)
+        for option in schema:  # a scalar alternative that surely fits: no call (count or null fields)
+            if isinstance(option, type) and kind in _SCALAR_TYPES.get(option, ()):
+                return None
+        for option in schema:
+            if problem(value, option, where) is None:
+                return None
         return f"{label} is {_type_name(value)}, expected {_expected(schema)}"
     if isinstance(schema, list):
         if not isinstance(value, list):
             return f"{label} is {_type_name(value)}, expected a list"
+        exact = _SCALAR_TYPES.get(schema[0]) if isinstance(schema[0], type) else None
+        if exact is not None and exact.issuperset(map(type, value)):
+            return None  # every item has an exact accepted type: one pass in C (token id lists)
         for i, item in enumerate(value):
             found = problem(item, schema[0], f"{where}[{i}]")
             if found:
@@ -84,12 +106,11 @@ def problem(value: Any, schema: Any, where: str = "") -> str | None:
         if not isinstance(value, dict):
             return f"{label} is {_type_name(value)}, expected an object"
         for key, sub in schema.items():
-            path = f"{where}.{key}" if where else key
             if key not in value:
                 if isinstance(sub, Required):
-                    return f"{path} is missing"
+                    return f"{f'{where}.{key}' if where else key} is missing"
                 continue
-            found = problem(value[key], sub, path)
+            found = problem(value[key], sub, f"{where}.{key}" if where else key)
             if found:
                 return found
         return None
