@@ -36,5 +36,7 @@ PAIRED_MODES=ddtree-16@overlap-pageable,ddtree-16@overlap PAIRED_CONTEXTS=256,10
 timing t2 300 stacks-c32
 PAIRED_MODES=none,ddtree-16@overlap PAIRED_CONTEXTS=256 PAIRED_ROUNDS=3 timing t3 250 paired
 PROFILE_MODES=none,ddtree-16@overlap,ddtree-16 PROFILE_CONTEXTS=256 timing t4 200 profile
+# the bench client's ceiling on this host (no GPU; about a minute): what the streamed serve figures can reach
+(($(left 180) > 0)) && timeout 150 python3 -m benchmarks.bench_client_stream --old '' > "$SITTING_OUT/client-bench.txt" 2>&1
 timing t5 120 serve
 echo "sitting done at $SECONDS s" > "$SITTING_OUT/sitting.done"
