@@ -77,6 +77,12 @@ def test_penalised_greedy_equals_a_token_by_token_reference_and_each_option_chan
             f"{name} left the greedy output as it was: the test proves nothing"
         )
     assert plain[0].tolist() == _reference_greedy(target, prompts[0].tolist(), new, oo.Options())
+    # min_new_tokens' boundary: blocking the token plain decoding first emits at step i with min_new_tokens
+    # i + 1 changes step i (the output is i tokens long there, too short) and nothing before it
+    row = plain[0].tolist()
+    i = max(j for j, token in enumerate(row) if token not in row[:j])
+    got = oo.penalised_greedy(target, prompts[:1], new, oo.Options(min_new_tokens=i + 1, stop_ids=(row[i],)))
+    assert got[0, :i].tolist() == row[:i] and int(got[0, i]) != row[i], i
 
 
 def _synthetic(n: int = 12, depth: int = 3, vocab: int = 16, seed: int = 1):
