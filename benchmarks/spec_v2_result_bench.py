@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
+
+from benchmarks import cpu_probe
 
 REPO = Path(__file__).resolve().parents[1]
 PROBE = REPO / "tests" / "unit" / "spec_v2_result_probe.py"
@@ -46,13 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
-    sys.path[:0] = [str(REPO), str(REPO / "build"), str(REPO / "entrypoint")]
-    from tests.unit.test_ddtree_sglang import run_probe, sglang_cpu_path
-
-    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    result = run_probe(
-        PROBE, "SPEC-V2-RESULT-BENCH", sglang_cpu_path.__wrapped__(), "bench", str(args.repeats), env=env
-    )
+    result = cpu_probe.run(PROBE, "SPEC-V2-RESULT-BENCH", "bench", str(args.repeats))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
     repeats = result["repeats"]

@@ -10,8 +10,9 @@ grid), interleaved in one process, for DDTREE's path and DFLASH's chain at width
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
+
+from benchmarks import cpu_probe
 
 REPO = Path(__file__).resolve().parents[1]
 PROBE = REPO / "tests" / "unit" / "step_indices_probe.py"
@@ -23,13 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
-    sys.path[:0] = [str(REPO), str(REPO / "build"), str(REPO / "entrypoint")]
-    from tests.unit.test_ddtree_sglang import run_probe, sglang_cpu_path
-
-    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    result = run_probe(
-        PROBE, "STEP-INDICES-BENCH", sglang_cpu_path.__wrapped__(), "bench", str(args.repeats), env=env
-    )
+    result = cpu_probe.run(PROBE, "STEP-INDICES-BENCH", "bench", str(args.repeats))
     print(f"us per verify step, median of {result['repeats']} interleaved repeats (old = loop, new = numpy)")
     print("| indices | width | bs | old | new | new / old |\n|---|---|---|---|---|---|")
     for row in result["rows"]:

@@ -13,15 +13,9 @@ import torch
 
 from benchmarks.pair import evaluate
 from benchmarks.pair import options_offline as oo
-from benchmarks.pair.modeling import Drafter, DrafterConfig, Target, TargetConfig, save_model
+from benchmarks.pair.modeling import Drafter, Target, save_model
+from tests.unit.test_pair_rig import TINY, TINY_DRAFT  # the rig's tiny pair shapes
 
-TINY = TargetConfig(
-    vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=2,
-    num_key_value_heads=1, head_dim=16, max_position_embeddings=256,
-)  # fmt: skip
-TINY_DRAFT = DrafterConfig(
-    num_hidden_layers=1, block_size=4, target_layer_ids=(0, 2), mask_token_id=2, window=6
-)
 PENALTIES = {
     "frequency": oo.Options(frequency_penalty=0.7),
     "presence": oo.Options(presence_penalty=0.9),
