@@ -30,7 +30,10 @@ given as a share of the step (`ddtree_kernel_share_pct`, of the wall window; pri
 Beside them, from the same server
 without the profiler: the step time (a full request minus a one-token request, over its verify passes), the
 decode tok/s of one request, and the aggregate tok/s of 32 requests at once (`MODE@upstream` serves with
-SGLANG_DFLASH_FAST_STEP=0, so old and new steps sit side by side in one table). The trace format is the
+SGLANG_DFLASH_FAST_STEP=0, so old and new steps sit side by side in one table), and the scheduler loop's
+phases per decode iteration of those unprofiled requests (patch scheduler-step-phases: SGLANG_STEP_PHASES
+names OUT/MODE/phases.jsonl; launch, the wait for the GPU, processing, scheduling; `--sync-sites` also
+lists the synchronising calls made while launching a decode step). The trace format is the
 Chrome trace torch.profiler writes; nothing here needs SGLang, so it is unit-tested on a synthetic trace.
 """
 
@@ -74,6 +77,10 @@ CONCURRENT = 32  # requests sent at once for the aggregate figure (the bench's c
 SMOKE_PROMPT_TOKENS = 64  # each random prompt of --smoke-arch; prompt_of strings them to each context
 GRAPH_BS = ("1", "2", "4", "8", "16", "32")
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+# patch scheduler-step-phases: the scheduler's phase clock file, and its sync debug switch
+STEP_PHASES_ENV = "SGLANG_STEP_PHASES"
+STEP_PHASES_SYNC_ENV = "SGLANG_STEP_PHASES_SYNC"
+LOOP_PHASES = ("wall", "launch", "wait", "process", "schedule", "sample", "input", "other")
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
 
 
@@ -251,6 +258,7 @@ def table(results: list[dict[str, Any]]) -> str:
     if any(e is not None for e in estimates):
         cells = ["-" if e is None else str(e) for e in estimates]
         lines.append("| GPU idle of the step without profiler (%, est.) | " + " | ".join(cells) + " |")
+    lines += phase_lines(results)
     for result in results:
         python = result.get("python_us_per_step")
         if not python:
@@ -265,6 +273,29 @@ def table(results: list[dict[str, Any]]) -> str:
             lines += ["", "| Triton launches from | per step | us per step (profiled) |", "|---|---|---|"]
             lines += [f"| {caller} | {n} | {us} |" for caller, n, us in python["triton_launches"]]
     return "\n".join(lines) + "\n"
+
+
+def phase_lines(results: list[dict[str, Any]]) -> list[str]:
+    """The scheduler loop's phases per decode iteration without the profiler (patch scheduler-step-phases),
+    at one request and at 32, one table; nothing when no result has them."""
+    keys = [k for k in ("phases_c1", f"phases_c{CONCURRENT}") if any(k in r for r in results)]
+    if not keys:
+        return []
+    modes = " | ".join(r["mode"] for r in results)
+    lines = [
+        "",
+        f"| loop phase per decode iteration, no profiler (us) | {modes} |",
+        "|---|" + "---|" * len(results),
+    ]
+    for key in keys:
+        where = key.removeprefix("phases_")
+        for phase in (*LOOP_PHASES, "mean_bs"):
+            cells = [
+                str((r.get(key) or {}).get(phase if phase == "mean_bs" else f"{phase}_us", "-"))
+                for r in results
+            ]
+            lines.append(f"| {where} {phase} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def unprofiled_idle_pct(result: dict[str, Any]) -> float | None:
@@ -354,9 +385,13 @@ def prompt_of(prompts: list[list[int]], length: int) -> list[int]:
     return ids  # no prompts at all
 
 
-def unprofiled_step_ms(client, prompt: list[int], params: dict, rounds: int = 3) -> dict[str, Any]:
+def unprofiled_step_ms(
+    client, prompt: list[int], params: dict, rounds: int = 3, phases: Path | None = None
+) -> dict[str, Any]:
     """The step time without the profiler, from the same server: (full request - one-token request) over
-    the full request's decode steps (verify passes; tokens - 1 without speculation), median of `rounds`."""
+    the full request's decode steps (verify passes; tokens - 1 without speculation), median of `rounds`.
+    With `phases` (the server's SGLANG_STEP_PHASES file): the loop's phases per decode iteration of each full
+    request, their medians over the rounds as `phases_c1`."""
 
     def timed(max_new_tokens: int) -> tuple[float, dict]:
         start = time.perf_counter()
@@ -366,36 +401,71 @@ def unprofiled_step_ms(client, prompt: list[int], params: dict, rounds: int = 3)
         )
         return time.perf_counter() - start, answer.get("meta_info", {})
 
-    steps_ms, tokens_per_s, accept = [], [], []
+    steps_ms, tokens_per_s, accept, spells = [], [], [], []
     for _ in range(rounds):
         first, _ = timed(1)
+        before = line_count(phases)
         full, meta = timed(int(params["max_new_tokens"]))
+        spells.append(spell_after(phases, before))
         tokens = int(meta.get("completion_tokens") or params["max_new_tokens"])
         steps = int(meta.get("spec_verify_ct") or 0) or max(1, tokens - 1)
         steps_ms.append(1000.0 * (full - first) / steps)
         tokens_per_s.append((tokens - 1) / max(1e-9, full - first))
         accept.append(tokens / steps)
-    return {
+    result = {
         "unprofiled_step_ms": round(statistics.median(steps_ms), 3),
         "unprofiled_tok_s": round(statistics.median(tokens_per_s), 1),
         "tokens_per_step": round(statistics.median(accept), 3),
     }
+    found = [spell for spell in spells if spell]
+    if found:
+        result["phases_c1"] = {key: round(statistics.median(s[key] for s in found), 1) for key in found[0]}
+    return result
 
 
-def concurrent_tok_s(client, prompts: list[list[int]], params: dict) -> dict[str, Any]:
+def line_count(path: Path | None) -> int:
+    """Lines in the phases file so far (0 without one)."""
+    if path is None or not path.is_file():
+        return 0
+    return len(path.read_text().splitlines())
+
+
+def spell_after(path: Path | None, before: int, timeout_s: float = 5.0) -> dict[str, Any] | None:
+    """The last decode spell the server's phase clock (patch scheduler-step-phases) appended after line
+    `before`: it writes when the scheduler goes idle, a moment after the last answer; None when no line
+    came (no decode step) or there is no file (a server without the patch)."""
+    if path is None or not path.is_file():  # the clock creates its file when the server starts
+        return None
+    deadline = time.monotonic() + timeout_s
+    while True:
+        lines = path.read_text().splitlines()[before:] if path.is_file() else []
+        spells = [json.loads(line) for line in lines if line.strip()]
+        if spells or time.monotonic() >= deadline:
+            return spells[-1] if spells else None
+        time.sleep(0.05)
+
+
+def concurrent_tok_s(
+    client, prompts: list[list[int]], params: dict, phases: Path | None = None
+) -> dict[str, Any]:
     """Aggregate output tok/s of len(prompts) requests sent at once (the bench's concurrency cell, one timed
     round, prefill included), and the first request's greedy output (to compare modes token for token).
     One untimed round first: on 2026-12-03 the first round at 32 on a fresh DDTREE server (its first bs-32
     tree stage, graph replays and kernels) read 2128 tok/s, the next context's round on that server 5596."""
     send_at_once(client, prompts, params)
+    before = line_count(phases)
     start = time.perf_counter()
     answers = send_at_once(client, prompts, params)
     elapsed = time.perf_counter() - start
     tokens = sum(int(a.get("meta_info", {}).get("completion_tokens") or 0) for a in answers)
-    return {
+    result = {
         f"aggregate_tok_s_c{len(prompts)}": round(tokens / max(1e-9, elapsed), 1),
         "greedy_output": list(answers[0].get("output_ids") or []),
     }
+    spell = spell_after(phases, before)
+    if spell:
+        result[f"phases_c{len(prompts)}"] = spell
+    return result
 
 
 def send_at_once(client, prompts: list[list[int]], params: dict) -> list[dict]:
@@ -467,10 +537,12 @@ def profile_mode(
     contexts: list[int],
     stacks: bool = False,
     concurrency: int = 1,
+    find_syncs: bool = False,
 ) -> list[dict[str, Any]]:
     """Start the mode's server; per context, profile `steps` scheduler steps of `concurrency` greedy
     requests sent at once (after a warm-up request of the same length) and analyze the trace. One result
-    per context."""
+    per context. The server's phase clock (SGLANG_STEP_PHASES) times the unprofiled requests' loop phases;
+    `find_syncs`: decode launches under torch's sync debug mode, the call sites it names from the log."""
     from ddtree.smoke import server as smoke_server
 
     from benchmarks.pair import serve_bench
@@ -479,8 +551,11 @@ def profile_mode(
     folder = (out / mode).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     args = smoke_server.mode_args(kind, served.drafter, settings)
+    phases = folder / "phases.jsonl"
+    phases.unlink(missing_ok=True)
+    clock = {STEP_PHASES_ENV: str(phases), STEP_PHASES_SYNC_ENV: "1" if find_syncs else "0"}
     with serve_bench.step_environment(mode):
-        server = smoke_server.Server(served.target, args, folder / "server.log", settings)
+        server = smoke_server.Server(served.target, args, folder / "server.log", settings, env=clock)
     prompts = served.prompts
     params = {"max_new_tokens": new_tokens, "temperature": 0.0, "ignore_eos": True}
     results = []
@@ -491,9 +566,9 @@ def profile_mode(
             where.mkdir(exist_ok=True)
             prompt = prompt_of(prompts, context)
             server.client.post_json("/generate", {"input_ids": prompt, "sampling_params": params})  # warm-up
-            unprofiled = unprofiled_step_ms(server.client, prompt, params)
+            unprofiled = unprofiled_step_ms(server.client, prompt, params, phases=phases)
             others = [prompt_of(prompts[i:] + prompts[:i], context) for i in range(CONCURRENT)]
-            unprofiled |= concurrent_tok_s(server.client, others, params)
+            unprofiled |= concurrent_tok_s(server.client, others, params, phases=phases)
             body = {"output_dir": str(where), "num_steps": steps, "activities": ["CPU", "GPU"],
                     "with_stack": stacks, "record_shapes": False}  # fmt: skip
             # SGLang answers /start_profile with plain text, not JSON.
@@ -511,6 +586,10 @@ def profile_mode(
             results.append({**result, **unprofiled})
     finally:
         server.stop()
+    if find_syncs:
+        found = smoke_server.sync_sites(server.log_path.read_text(errors="replace"))
+        for result in results:
+            result["sync_sites"] = [f"{where}: {what}" for where, what in sorted(found.items())]
     return results
 
 
@@ -536,6 +615,11 @@ def main(argv: list[str] | None = None) -> int:
         "--profile-concurrency", type=int, default=1, choices=range(1, CONCURRENT + 1),
         metavar=f"1..{CONCURRENT}",
         help="requests sent at once in the profiled window (32: where the bench's concurrency-32 step goes)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--sync-sites", action="store_true",
+        help="launch decode steps under torch's sync debug mode (SGLANG_STEP_PHASES_SYNC=1) and list the "
+        "synchronising call sites the server log names",
     )  # fmt: skip
     ap.add_argument("--analyze", type=Path, help="only analyze this trace file")
     ap.add_argument("--mode", default="ddtree", help="with --analyze: none, dflash or ddtree")
@@ -572,7 +656,7 @@ def profile_modes(served: Served, args: argparse.Namespace, contexts: list[int])
         try:
             results += profile_mode(
                 mode, served, args.out, args.steps, args.new_tokens, contexts, args.stacks,
-                args.profile_concurrency,
+                args.profile_concurrency, args.sync_sites,
             )  # fmt: skip
         except Exception as exc:  # one mode's failure is recorded; the next mode still runs
             results.append(

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from pathlib import Path
 from ddtree.smoke import check as smoke
 from ddtree.smoke import models as smoke_models
 from ddtree.smoke import server as smoke_server
+from ddtree.smoke.server import sync_sites
 
 PROFILE = "pro6000"
 KINDS = {
@@ -34,19 +34,6 @@ KINDS = {
     "top_p": {"temperature": 1.0, "top_p": 0.95},
     "top_k_top_p_min_p": {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.05},
 }
-SYNC = re.compile(r"^(?P<where>\S+:\d+): UserWarning: (?P<what>called a synchronizing CUDA operation.*)$")
-
-
-def sync_sites(log: str) -> dict[str, str]:
-    """file:line -> message of each synchronising call that torch's sync debug mode warned about."""
-    sites: dict[str, str] = {}
-    lines = log.splitlines()
-    for i, line in enumerate(lines):
-        match = SYNC.match(line.strip())
-        if match:
-            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
-            sites[match["where"]] = f"{match['what']}  [{code}]"
-    return sites
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -55,6 +55,9 @@
 #                   (issue 25's concurrency-32 goal: a DDTREE-16 step there was 17.5 ms against none's 2.7)
 #   profile         (timing) profile_step over $PROFILE_MODES x $PROFILE_CONTEXTS (issues 25, 26)
 #   profile-c32     (timing) profile_step of ddtree-16 and none at context 256 with 32 requests at once
+#   phases          (timing) profile_step --sync-sites over $PROFILE_MODES x $PROFILE_CONTEXTS, 8 profiled steps:
+#                   the scheduler loop's phases without the profiler at 1 and 32 requests (patch
+#                   scheduler-step-phases: launch, wait for the GPU, process) and the syncs made while launching
 #   paired          (timing) paired_step: $PAIRED_MODES (A,B) from two servers up at once, $PAIRED_ROUNDS rounds
 #                   A,B,B,A at $PAIRED_CONTEXTS; step ms, tok/s and the per-round ratio B/A (issue 25)
 #   serve           (timing) serve_bench over $SERVE_MODES with $SERVE_ARGS (default: none, DFLASH and DDTREE-16
@@ -89,7 +92,7 @@ STACKS_MODES=${STACKS_MODES:-ddtree-16} STACKS_CONTEXTS=${STACKS_CONTEXTS:-256}
 SERVE_MODES=${SERVE_MODES:-none,dflash@overlap,ddtree-16@overlap}
 SERVE_ARGS=${SERVE_ARGS:---contexts 256 --concurrency 1,32 --temperatures 0}
 OPTIONS_MODES=${OPTIONS_MODES:-none,ddtree-16,ddtree-16@nodraftpen}
-TIMING_JOBS=" stacks stacks-c32 profile profile-c32 paired serve options core-bench verify-bench profile-mla "
+TIMING_JOBS=" stacks stacks-c32 profile profile-c32 phases paired serve options core-bench verify-bench profile-mla "
 PAIRLESS_JOBS=" core-bench verify-bench profile-mla "
 GRAPHS_ENV=(SGLANG_DFLASH_STEP_GRAPHS=1 SGLANG_DDTREE_FAST_METADATA=1)
 for job in "$@"; do
@@ -154,6 +157,8 @@ run_job() {
                    --modes ddtree-16,none --contexts 256 --profile-concurrency 32 ;;
     profile) timeout "$limit" python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/profile" \
                --modes "$PROFILE_MODES" --contexts "$PROFILE_CONTEXTS" ;;
+    phases) timeout "$limit" python3 -m benchmarks.pair.profile_step --pair "$PAIR" --out "$RUNS/phases" \
+              --modes "$PROFILE_MODES" --contexts "$PROFILE_CONTEXTS" --steps 8 --sync-sites ;;
     paired) timeout "$limit" python3 -m benchmarks.pair.paired_step --pair "$PAIR" --out "$RUNS/paired" \
               --paired "$PAIRED_MODES" --contexts "$PAIRED_CONTEXTS" --rounds "$PAIRED_ROUNDS" ;;
     # SERVE_ARGS is split into serve_bench's own flags on purpose

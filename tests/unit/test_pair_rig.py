@@ -900,3 +900,56 @@ def test_training_runs_torch_in_strict_deterministic_mode_without_cudnn_attentio
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), str(repo / "entrypoint")])}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [True, False, False]
+
+
+def test_the_phase_clocks_lines_are_read_after_each_full_request(monkeypatch, tmp_path: Path) -> None:
+    """A client double that, like a server with patch scheduler-step-phases, appends a decode spell's line
+    once each full request is answered (none for the one-token request, which has no decode step):
+    phases_c1 is the median of the rounds' lines, and the table shows it."""
+    from benchmarks.pair import profile_step
+
+    phases = tmp_path / "phases.jsonl"
+    phases.write_text(json.dumps({"wall_us": 9999.0}) + "\n")  # an earlier request's line: not read
+    walls = iter([3000.0, 1000.0, 2000.0])
+
+    class Client:
+        def post_json(self, route: str, body: dict) -> dict:
+            new = body["sampling_params"]["max_new_tokens"]
+            if new > 1:
+                wall = next(walls)
+                with phases.open("a") as f:
+                    f.write(
+                        json.dumps({"decode_iterations": 64, "wall_us": wall, "wait_us": wall / 2}) + "\n"
+                    )
+            return {"meta_info": {"completion_tokens": new, "spec_verify_ct": max(1, new // 2)}}
+
+    got = profile_step.unprofiled_step_ms(Client(), [1], {"max_new_tokens": 129}, phases=phases)
+    assert got["phases_c1"] == {"decode_iterations": 64, "wall_us": 2000.0, "wait_us": 1000.0}
+    text = profile_step.table(
+        [{"mode": "ddtree-16 ctx 256", "steps": 1, "per_step_us": {"wall": 1.0}, **got}]
+    )
+    assert "| c1 wall | 2000.0 |" in text and "| c1 wait | 1000.0 |" in text and "| c1 launch | - |" in text
+
+
+def test_a_late_phase_line_is_waited_for_and_a_missing_one_gives_none(tmp_path: Path) -> None:
+    import threading
+
+    from benchmarks.pair import profile_step
+
+    phases = tmp_path / "phases.jsonl"
+    assert profile_step.spell_after(None, 0) is None
+    assert profile_step.spell_after(phases, 0, timeout_s=0.2) is None  # no file: a server without the patch
+    phases.write_text('{"wall_us": 1.0}\n')
+
+    def append_two() -> None:
+        with phases.open("a") as f:
+            f.write('{"wall_us": 2.0}\n{"wall_us": 3.0}\n')
+
+    late = threading.Timer(0.3, append_two)
+    late.start()
+    assert profile_step.spell_after(phases, profile_step.line_count(phases), timeout_s=5.0) == {
+        "wall_us": 3.0
+    }
+    late.join()
+    assert profile_step.spell_after(phases, 3, timeout_s=0.2) is None
+    assert profile_step.phase_lines([{"mode": "none ctx 256"}]) == []

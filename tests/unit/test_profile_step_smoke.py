@@ -54,8 +54,13 @@ class FakeServer:
 
     started: ClassVar[list[dict[str, Any]]] = []
 
-    def __init__(self, target: Path, args: list[str], log_path: Path, settings: Any, *rest: Any) -> None:
+    def __init__(
+        self, target: Path, args: list[str], log_path: Path, settings: Any, env: dict[str, str] | None = None
+    ) -> None:
+        """Like a server with patch scheduler-step-phases: creates the clock's file named in `env`."""
         config = json.loads((target / "config.json").read_text())
+        self.phases = Path((env or {})["SGLANG_STEP_PHASES"])
+        self.phases.write_text("")
         drafter = Path(args[args.index("--speculative-draft-model-path") + 1]) if args else None
         FakeServer.started.append({"architectures": config["architectures"], "args": args,
                                    "settings": settings, "drafter_written": bool(drafter and
@@ -72,6 +77,9 @@ class FakeServer:
     def post_json(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
         ids, new = body["input_ids"], body["sampling_params"]["max_new_tokens"]
         FakeServer.started[-1]["prompts"].append(ids)
+        if new > 1:  # a decode spell ends: the clock's line (one line per request; enough for the table)
+            with self.phases.open("a") as f:
+                f.write(json.dumps({"decode_iterations": new // 3, "mean_bs": 1.0, "wall_us": 500.0}) + "\n")
         return {
             "output_ids": [1] * new,
             "meta_info": {"completion_tokens": new, "spec_verify_ct": max(1, new // 3)},
@@ -120,6 +128,9 @@ def test_smoke_arch_mla_profiles_the_smokes_tiny_mla_models_and_states_ddtrees_s
     assert results[0]["per_step_us"]["DDTree kernels"] == 10.0
     printed = capsys.readouterr().out
     assert "profile_step: the smoke's tiny mla target + drafter in" in printed
+    # the phase clock's lines, read after the unprofiled requests, at one request and at 32
+    assert "| c1 wall | 500.0 | 500.0 |" in printed and "| c32 mean_bs | 1.0 | 1.0 |" in printed
+    assert all(r["phases_c1"]["decode_iterations"] == 5 for r in results)
     assert (
         f"DDTREE's own kernels, ddtree-4 ctx 256: 10.0 of {window / 4} us per step ({share} % of the step)"
         in printed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -58,6 +59,22 @@ def mode_args(mode: str, drafter: Path, settings: SmokeSettings) -> list[str]:
         args += ["--speculative-ddtree-budget", str(settings.budget)]
         args += ["--speculative-ddtree-topk", str(settings.topk)]
     return args
+
+
+# torch.cuda.set_sync_debug_mode("warn")'s warning as Python prints it: the caller's file:line, then its code
+SYNC = re.compile(r"^(?P<where>\S+:\d+): UserWarning: (?P<what>called a synchronizing CUDA operation.*)$")
+
+
+def sync_sites(log: str) -> dict[str, str]:
+    """file:line -> message of each synchronising call that torch's sync debug mode warned about."""
+    sites: dict[str, str] = {}
+    lines = log.splitlines()
+    for i, line in enumerate(lines):
+        match = SYNC.match(line.strip())
+        if match:
+            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            sites[match["where"]] = f"{match['what']}  [{code}]"
+    return sites
 
 
 class Server:
