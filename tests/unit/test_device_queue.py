@@ -25,6 +25,24 @@ def test_an_unknown_job_is_refused_before_anything_runs(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def test_every_job_the_queue_runs_passes_its_check_and_is_named_when_refused(tmp_path: Path) -> None:
+    """The job list is written three times (the check, the refusal's message, the runner's cases): on
+    2026-12-03e a new `phases` case was missing from the check and the sitting's first job was refused."""
+    import re
+
+    text = QUEUE.read_text()
+    runner = text[text.index("run_job() {") :] if "run_job() {" in text else text
+    cases = set(re.findall(r"^\s{4}([a-z0-9-]+)\) timeout", runner, flags=re.M))
+    assert len(cases) > 30, cases
+    (tmp_path / "train.done").write_text("1\n")  # no pair: timing jobs are skipped, never started
+    for job in sorted(cases):
+        done = run_queue(tmp_path, job, DEADLINE="0")  # past the deadline: checked, then skipped
+        assert done.returncode == 0, f"{job}: {done.stderr}"
+    refused = run_queue(tmp_path, "no-such-job")
+    named = set(refused.stderr.split("(", 1)[1].rstrip(")\n").split())
+    assert named == cases
+
+
 def test_jobs_past_the_deadline_and_timing_jobs_without_a_pair_are_skipped_and_said(tmp_path: Path) -> None:
     (tmp_path / "train.done").write_text("1\n")  # the training failed: no pair
     done = run_queue(tmp_path, "profile", "paired", "options", DEADLINE="100")
