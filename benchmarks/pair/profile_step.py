@@ -14,7 +14,8 @@ drafter's; what it measures is where a step's time goes on that architecture's k
 
 For each mode: one server (serve_bench's settings, graphs for bs 1-32 only); per context (default 256 and
 4096, past the drafter's 2048-token window, where the served DFLASH step more than doubled) a warm-up
-request, then SGLang's own torch profiler (POST /start_profile, CPU + GPU activities, `--steps` scheduler
+request and the figures without the profiler (below; every context's before the first profiled window, since
+the requests right after a window run slower for seconds), then SGLang's own torch profiler (POST /start_profile, CPU + GPU activities, `--steps` scheduler
 steps) over one greedy request at concurrency 1 (`--profile-concurrency N`: N requests sent at once, so the
 window holds batched steps; the result's mode then ends in ` cN`); the trace lands in OUT/MODE/ctxN/. The
 analysis starts at the first decode or verify forward (the prefill is left out) and splits the window into:
@@ -561,21 +562,28 @@ def profile_mode(
     results = []
     try:
         server.wait_ready()
+        # Every context's figures without the profiler first: on 2026-12-03e the requests right after a
+        # profiled window ran slower for seconds (the trace's export and teardown in the server), which read
+        # as the v2 step growing from 256 to 1024 when 1024 was measured after 256's window.
+        unprofiled: dict[int, dict[str, Any]] = {}
+        for context in contexts:
+            prompt = prompt_of(prompts, context)
+            server.client.post_json("/generate", {"input_ids": prompt, "sampling_params": params})  # warm-up
+            unprofiled[context] = unprofiled_step_ms(server.client, prompt, params, phases=phases)
+            others = [prompt_of(prompts[i:] + prompts[:i], context) for i in range(CONCURRENT)]
+            unprofiled[context] |= concurrent_tok_s(server.client, others, params, phases=phases)
         for context in contexts:
             where = folder / f"ctx{context}"
             where.mkdir(exist_ok=True)
             prompt = prompt_of(prompts, context)
-            server.client.post_json("/generate", {"input_ids": prompt, "sampling_params": params})  # warm-up
-            unprofiled = unprofiled_step_ms(server.client, prompt, params, phases=phases)
-            others = [prompt_of(prompts[i:] + prompts[:i], context) for i in range(CONCURRENT)]
-            unprofiled |= concurrent_tok_s(server.client, others, params, phases=phases)
+            others = [prompt_of(prompts[i:] + prompts[:i], context) for i in range(concurrency)]
             body = {"output_dir": str(where), "num_steps": steps, "activities": ["CPU", "GPU"],
                     "with_stack": stacks, "record_shapes": False}  # fmt: skip
             # SGLang answers /start_profile with plain text, not JSON.
             status, answer = server.client.post_text("/start_profile", body, 120.0)
             if status != 200:
                 raise RuntimeError(f"POST /start_profile -> HTTP {status}: {answer[:300]}")
-            send_at_once(server.client, [prompt, *others[1:concurrency]], params)
+            send_at_once(server.client, [prompt, *others[1:]], params)
             _wait_for_trace(where, timeout_s=120.0)
             traces = sorted(where.glob("*.trace.json.gz"))
             label = f"{mode} ctx {context}" + (f" c{concurrency}" if concurrency > 1 else "")
@@ -583,7 +591,7 @@ def profile_mode(
                 result = analyze(load_trace(traces[-1]), label)
             else:
                 result = {"mode": label, "steps": 0, "per_step_us": {}, "error": f"no trace in {where}"}
-            results.append({**result, **unprofiled})
+            results.append({**result, **unprofiled[context]})
     finally:
         server.stop()
     if find_syncs:

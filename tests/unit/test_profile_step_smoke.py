@@ -87,6 +87,7 @@ class FakeServer:
 
     def post_text(self, route: str, body: dict[str, Any], timeout: float) -> tuple[int, str]:
         assert route == "/start_profile"
+        FakeServer.started[-1]["prompts"].append("profile")
         with gzip.open(Path(body["output_dir"]) / "host.trace.json.gz", "wt") as handle:
             json.dump(synthetic_trace(body["num_steps"], self.speculative), handle)
         return 200, "Start profiling."
@@ -118,7 +119,7 @@ def test_smoke_arch_mla_profiles_the_smokes_tiny_mla_models_and_states_ddtrees_s
     assert ddtree["settings"] == dataclasses.replace(expected, budget=4) and plain["settings"] == expected
     assert ddtree["args"] == smoke_server.mode_args("ddtree", Path(ddtree["args"][3]), ddtree["settings"])
     assert "--speculative-ddtree-budget" in ddtree["args"] and plain["args"] == []
-    assert all(len(p) == 256 and max(p) < REAL_TOKENS for p in ddtree["prompts"])
+    assert all(len(p) == 256 and max(p) < REAL_TOKENS for p in ddtree["prompts"] if p != "profile")
     assert not scratch[0].exists()  # the temporary models are gone
     # DDTree's own kernels: 10 us of each 200 us step; the window runs from the first kernel to the last
     window = 200.0 * 3 + 110
@@ -135,6 +136,25 @@ def test_smoke_arch_mla_profiles_the_smokes_tiny_mla_models_and_states_ddtrees_s
         f"DDTREE's own kernels, ddtree-4 ctx 256: 10.0 of {window / 4} us per step ({share} % of the step)"
         in printed
     )
+
+
+def test_every_contexts_unprofiled_figures_come_before_any_profiled_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On 2026-12-03e the requests right after a profiled window ran slower for seconds, so a context measured
+    after another's window read slower: every unprofiled request now comes before the first window."""
+    monkeypatch.setattr(smoke_server, "Server", FakeServer)
+    monkeypatch.setattr(profile_step, "_wait_for_trace", lambda folder, timeout_s: None)
+    monkeypatch.delenv("DDTREE_TARGET", raising=False)
+    FakeServer.started.clear()
+    argv = ["--smoke-arch", "mla", "--out", str(tmp_path / "out"), "--modes", "none",
+            "--contexts", "128,256", "--steps", "4", "--new-tokens", "16"]  # fmt: skip
+    assert profile_step.main(argv) == 0
+    (plain,) = FakeServer.started
+    sent = plain["prompts"]
+    first_window = sent.index("profile")
+    assert {len(p) for p in sent[:first_window]} == {128, 256}  # both contexts' unprofiled requests
+    assert [len(p) if p != "profile" else p for p in sent[first_window:]] == ["profile", 128, "profile", 256]
 
 
 def test_pair_or_smoke_arch_one_of_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
