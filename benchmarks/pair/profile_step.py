@@ -17,8 +17,8 @@ For each mode: one server (serve_bench's settings, graphs for bs 1-32 only); per
 request and the figures without the profiler (below; every context's before the first profiled window, since
 the requests right after a window run slower for seconds), then SGLang's own torch profiler (POST
 /start_profile, CPU + GPU activities, `--steps` scheduler steps) over one greedy request at concurrency 1
-(`--profile-concurrency N`: N requests sent at once, so the window holds batched steps; the result's mode then ends in ` cN`); the trace lands in OUT/MODE/ctxN/. The
-analysis starts at the first decode or verify forward (the prefill is left out) and splits the window into:
+(`--profile-concurrency N`: N requests sent at once, so the window holds batched steps; the result's mode
+then ends in ` cN`); the trace lands in OUT/MODE/ctxN/. The analysis starts at the first decode or verify forward (the prefill is left out) and splits the window into:
   - drafter forward / target forward: GPU time of the kernels launched inside SGLang's per-forward spans
     (`step[MODE bs=N]`, model_runner.py; kernels are matched to their launch by CUPTI's correlation id, CUDA
     graph replays included). In a speculative step the drafter's forward comes first, then the target's
