@@ -13,12 +13,13 @@ weights are crafted, so acceptance is as constructed (DFLASH 2, DDTREE 3 tokens 
 drafter's; what it measures is where a step's time goes on that architecture's kernels.
 
 For each mode: one server (serve_bench's settings, graphs for bs 1-32 only); per context (default 256 and
-4096, past the drafter's 2048-token window, where the served DFLASH step more than doubled) a warm-up
-request and the figures without the profiler (below; every context's before the first profiled window, since
-the requests right after a window run slower for seconds), then SGLang's own torch profiler (POST
-/start_profile, CPU + GPU activities, `--steps` scheduler steps) over one greedy request at concurrency 1
-(`--profile-concurrency N`: N requests sent at once, so the window holds batched steps; the result's mode
-then ends in ` cN`); the trace lands in OUT/MODE/ctxN/. The analysis starts at the first decode or verify forward (the prefill is left out) and splits the window into:
+4096, past the drafter's 2048-token window, where the served DFLASH step more than doubled) a warm-up request
+and the figures without the profiler (below; every context's before the first profiled window, since the
+requests right after a window run slower for seconds), then SGLang's own torch profiler (POST /start_profile,
+CPU + GPU activities, `--steps` scheduler steps) over one greedy request at concurrency 1
+(`--profile-concurrency N`: N requests sent at once, so the window holds batched steps; the result's mode then
+ends in ` cN`); the trace lands in OUT/MODE/ctxN/. The analysis starts at the first decode or verify forward
+(the prefill is left out) and splits the window into:
   - drafter forward / target forward: GPU time of the kernels launched inside SGLang's per-forward spans
     (`step[MODE bs=N]`, model_runner.py; kernels are matched to their launch by CUPTI's correlation id, CUDA
     graph replays included). In a speculative step the drafter's forward comes first, then the target's
