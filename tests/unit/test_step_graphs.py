@@ -143,3 +143,53 @@ def test_a_failing_capture_leaves_none_and_is_warned_once(step_graphs, caplog, m
     assert reason.startswith("capture failed (RuntimeError: "), reason
     failure = reason.removeprefix("capture failed (").removesuffix(")")
     assert logged == [("WARNING", f"{NAME}: CUDA graph capture failed ({failure}); it runs eagerly.")]
+
+
+@pytest.mark.parametrize(
+    ("target", "switch", "expected"),
+    [
+        ((1, 2, 4, 8, 16, 24, 32, 48, 64), None, list(range(1, 65))),  # the served profile's sizes
+        ((32, 16, 8, 4, 2, 1), "1", list(range(1, 33))),
+        ((1, 2, 4, 8, 16, 32, 64, 96, 128), "1", [*range(1, 65), 96, 128]),  # the target's above 64
+        ((1, 2, 4, 8, 16, 24, 32), "0", [1, 2, 4, 8, 16, 24, 32]),  # switched off: the target's only
+        ((), None, []),
+    ],
+)
+def test_the_stretches_take_every_batch_size_the_target_can_pad_to(
+    step_graphs, monkeypatch, target, switch, expected
+) -> None:
+    """A stretch replays only at a batch size it captured while the target's runner pads to its next one: at
+    32 requests whose ends spread (mean batch 24 on the H200, 2026-12-03e) most steps ran every stretch
+    eagerly with the target's sizes alone."""
+    if switch is None:
+        monkeypatch.delenv("SGLANG_DFLASH_STEP_GRAPHS_EVERY_BS", raising=False)
+    else:
+        monkeypatch.setenv("SGLANG_DFLASH_STEP_GRAPHS_EVERY_BS", switch)
+    assert step_graphs.step_graph_batch_sizes(list(target)) == expected
+
+
+def test_a_bad_every_bs_switch_is_refused_by_name(step_graphs, monkeypatch) -> None:
+    monkeypatch.setenv("SGLANG_DFLASH_STEP_GRAPHS_EVERY_BS", "yes")
+    with pytest.raises(ValueError, match=r"^SGLANG_DFLASH_STEP_GRAPHS_EVERY_BS='yes': use 1 .* or 0"):
+        step_graphs.step_graph_batch_sizes([1, 2])
+
+
+def test_capture_for_target_captures_the_step_sizes_largest_first(step_graphs, caplog, monkeypatch) -> None:
+    """Through capture_for_target: the graphs are asked for every size up to the target's largest (a stand-in
+    capture records them: CPU torch cannot capture) and the log names them."""
+    monkeypatch.setattr(step_graphs, "step_graphs_refusal", lambda **_: None)  # as on CUDA, switched on
+    monkeypatch.delenv("SGLANG_DFLASH_STEP_GRAPHS_EVERY_BS", raising=False)
+    captured: list[int] = []
+
+    def capture(self, bs, pool, stream):
+        captured.append(bs)
+        return object()
+
+    monkeypatch.setattr(step_graphs.BatchGraphs, "_capture", capture)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: object())
+    stretch = _Stretch()
+    graphs, reason, logged = _capture(step_graphs, stretch, caplog, device="cpu", capture_bs=(1, 2, 4, 8))
+    assert reason is None and captured == [8, 7, 6, 5, 4, 3, 2, 1]
+    assert logged == [("INFO", f"{NAME} captured for batch sizes [1, 2, 3, 4, 5, 6, 7, 8]")]
+    # a batch of 6 now replays (before: only 1, 2, 4, 8); one above the target's largest still cannot
+    assert graphs.fits(6, [torch.zeros(12, 4)]) and not graphs.fits(9, [torch.zeros(12, 4)])
