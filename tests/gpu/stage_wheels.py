@@ -7,7 +7,7 @@
 The device has Python 3.12 with torch 2.11.0, Triton 3.6.0 and nvcc 13.0 already (its `pip freeze` is
 tests/gpu/device-pip-2026-11-29.txt) but not SGLang and its other needs. This compares the project's
 Python 3.12 lock with that list, downloads what is missing with `pip download --require-hashes` (every
-wheel checked against the lock's sha256), packs the wheels in one tar and splits it into 56 MiB parts.
+wheel checked against the lock's sha256), packs the wheels in one tar and splits it into 48 MiB parts.
 `--beside LOCK` leaves out the pins LOCK already stages (same name and version): env/router.lock is the
 freeze's pins plus sglang-router, so beside the main lock it stages the router's wheel alone.
 
@@ -35,7 +35,8 @@ REPO_ROOT = HERE.parent.parent
 DEFAULT_LOCK = REPO_ROOT / "env" / "requirements-py312.lock"
 DEVICE_PIP = HERE / "device-pip-2026-11-29.txt"
 DEFAULT_OUT = REPO_ROOT / ".device"  # ignored by .gitignore, so only what a call carries travels
-PART_BYTES = 56 * 1024 * 1024  # a call carries at most 64 MiB, the working tree (4.7 MB) included
+PART_BYTES = 48 * 1024 * 1024  # a call carries at most 64 MiB with the working tree (7.6 MiB on 2026-12-03e:
+# 56 MiB parts no longer fit beside it)
 PYTHON_VERSION = "3.12"
 # sglang 0.5.13.post1 ships manylinux_2_34 wheels; pip matches each manylinux tag exactly, so name them all.
 PLATFORMS = (
