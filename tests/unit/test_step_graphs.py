@@ -159,8 +159,8 @@ def test_the_stretches_take_every_batch_size_the_target_can_pad_to(
     step_graphs, monkeypatch, target, switch, expected
 ) -> None:
     """A stretch replays only at a batch size it captured while the target's runner pads to its next one: at
-    32 requests whose ends spread (mean batch 24 on the H200, 2026-12-03e) most steps ran every stretch
-    eagerly with the target's sizes alone."""
+    32 requests whose ends spread (mean batch 24 on the H200, 2026-12-03e) the steps at sizes between the
+    target's ran every stretch eagerly."""
     if switch is None:
         monkeypatch.delenv("SGLANG_DFLASH_STEP_GRAPHS_EVERY_BS", raising=False)
     else:
