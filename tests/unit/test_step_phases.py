@@ -29,6 +29,7 @@ def test_one_line_per_decode_spell_with_its_batch_size(probed: dict, loop: str) 
         (6, 1, 1.0),
         (4, 1, 32.0),
     ]
+    assert [s["bs_counts"] for s in spells] == [{"1": 6}, {"32": 4}]
 
 
 @pytest.mark.parametrize("loop", ["overlap", "normal"])
