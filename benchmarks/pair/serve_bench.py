@@ -45,9 +45,8 @@ MODES = ("none", "dflash", "ddtree-8", "ddtree-16", "ddtree-32")
 # tree step, patch 0022); @overlap-tbt: overlap with patch 0030's result fast path off, every accepted block's
 # finish checked token by token as patch 0024 alone did); @nodraftpen: the drafter without the request's
 # penalties, logit_bias and min_new_tokens (patch 0031 off: SGLANG_DDTREE_DRAFT_PENALTIES=0), for
-# options_acceptance's with/without (issue 28); @overlap-pageable: overlap with patch 0033 off (the v2
-# reservation bounds copied from pageable memory: SGLANG_DFLASH_PINNED_RESERVE=0). Every switch is set
-# explicitly for every server, to the served default unless the variant says.
+# options_acceptance's with/without (issue 28). Every switch is set explicitly for every server, to the served
+# default unless the variant says.
 FAST_STEP_ENV = "SGLANG_DFLASH_FAST_STEP"
 SPLITKV_ENV = "SGLANG_DDTREE_SPLITKV_VERIFY"
 STEP_GRAPHS_ENV = "SGLANG_DFLASH_STEP_GRAPHS"
@@ -55,10 +54,9 @@ FAST_METADATA_ENV = "SGLANG_DDTREE_FAST_METADATA"
 OVERLAP_ENV = "SGLANG_DFLASH_OVERLAP"
 RESULT_FAST_PATH_ENV = "SGLANG_SPEC_V2_RESULT_FAST_PATH"
 DRAFT_PENALTIES_ENV = "SGLANG_DDTREE_DRAFT_PENALTIES"
-PINNED_RESERVE_ENV = "SGLANG_DFLASH_PINNED_RESERVE"
 STEP_DEFAULTS = {
     FAST_STEP_ENV: "1", SPLITKV_ENV: "1", STEP_GRAPHS_ENV: "1", FAST_METADATA_ENV: "1", OVERLAP_ENV: "0",
-    RESULT_FAST_PATH_ENV: "1", DRAFT_PENALTIES_ENV: "1", PINNED_RESERVE_ENV: "1",
+    RESULT_FAST_PATH_ENV: "1", DRAFT_PENALTIES_ENV: "1",
 }  # fmt: skip
 VARIANTS = {
     "upstream": {FAST_STEP_ENV: "0", SPLITKV_ENV: "0", STEP_GRAPHS_ENV: "0", FAST_METADATA_ENV: "0"},
@@ -69,7 +67,6 @@ VARIANTS = {
     "meta": {STEP_GRAPHS_ENV: "0", FAST_METADATA_ENV: "1"},
     "overlap": {OVERLAP_ENV: "1"},
     "overlap-tbt": {OVERLAP_ENV: "1", RESULT_FAST_PATH_ENV: "0"},
-    "overlap-pageable": {OVERLAP_ENV: "1", PINNED_RESERVE_ENV: "0"},
     "nodraftpen": {DRAFT_PENALTIES_ENV: "0"},
 }
 BLOCK = 8  # served block size (the profile's --speculative-num-draft-tokens)

@@ -175,36 +175,6 @@ def _host_ints_facts() -> list[dict]:
     return out
 
 
-def _pinned_copy_facts() -> dict:
-    """host_ints_to_device(pinned=True) (patch 0033) on a CUDA device: page-locked first, then one
-    non-blocking copy; not for the CPU or without `pinned`. No GPU here, so Tensor.pin_memory and Tensor.to
-    are stand-ins that record their calls (the device's stacks job measures the real copy)."""
-    from sglang.srt.speculative.dflash_step_host import host_ints_to_device
-
-    calls: list[tuple] = []
-    real_pin, real_to = torch.Tensor.pin_memory, torch.Tensor.to
-
-    def fake_pin(self):
-        calls.append(("pin",))
-        return self
-
-    def fake_to(self, *args, **kwargs):
-        calls.append(("to", str(args[0]) if args else None, kwargs.get("non_blocking")))
-        return self
-
-    out = {}
-    torch.Tensor.pin_memory, torch.Tensor.to = fake_pin, fake_to
-    try:
-        for name, device, pinned in (("cuda_pinned", "cuda", True), ("cuda_pageable", "cuda", False),
-                                     ("cpu_pinned", "cpu", True)):  # fmt: skip
-            calls.clear()
-            got = host_ints_to_device([5, -1, 9], torch.int32, device, pinned=pinned)
-            out[name] = {"calls": list(calls), "values": got.tolist()}
-    finally:
-        torch.Tensor.pin_memory, torch.Tensor.to = real_pin, real_to
-    return out
-
-
 def _tree_mask_facts() -> dict:
     """The flat verify mask by the kernel (interpreter) vs ddtree_utils.flatten_verify_mask, on real trees."""
     from sglang.srt.speculative.ddtree_utils import build_ddtree, flatten_verify_mask
@@ -551,7 +521,6 @@ def main() -> None:
         facts["dflash_verify_upstream"] = _with_fast_step("0", _dflash_verify_once)
         facts["indices"] = _path_indices_facts()
         facts["host_ints"] = _host_ints_facts()
-        facts["pinned_copy"] = _pinned_copy_facts()
         facts["mask_policy"] = _mask_policy_facts()
         facts["tree_mask"] = _tree_mask_facts()
         facts["padded_append"] = _padded_append_facts()

@@ -82,16 +82,6 @@ def test_host_lists_reach_the_device_helper_unchanged_in_value_and_dtype(facts: 
     assert len(facts["host_ints"]) == 6
 
 
-def test_a_pinned_host_list_is_page_locked_before_one_asynchronous_copy(facts: dict) -> None:
-    """Patch 0033: host_ints_to_device(pinned=True) pins the host tensor, then copies it without blocking, on
-    a CUDA device only (stand-ins for pin_memory and to: no GPU here)."""
-    got = facts["pinned_copy"]
-    assert got["cuda_pinned"]["calls"] == [["pin"], ["to", "cuda", True]]
-    assert got["cuda_pageable"]["calls"] == [["to", "cuda", True]]
-    assert got["cpu_pinned"]["calls"] == []
-    assert all(case["values"] == [5, -1, 9] for case in got.values())
-
-
 def test_chain_verify_on_triton_needs_no_host_mask_unless_the_target_slides(facts: dict) -> None:
     fast, upstream = facts["mask_policy"]["1"], facts["mask_policy"]["0"]
     assert fast == {"triton": False, "triton_window": True, "flashinfer": False, "hybrid_triton": False}

@@ -788,10 +788,6 @@ def test_mode_variants_serve_with_their_switch_and_the_same_settings(monkeypatch
         assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "1"
     with serve_bench.step_environment("ddtree-16"):  # the served default: the drafter sees the options
         assert os.environ["SGLANG_DDTREE_DRAFT_PENALTIES"] == "1"
-        assert os.environ["SGLANG_DFLASH_PINNED_RESERVE"] == "1"
-    with serve_bench.step_environment("ddtree-16@overlap-pageable"):  # overlap, patch 0033 off
-        assert os.environ["SGLANG_DFLASH_OVERLAP"] == "1"
-        assert os.environ["SGLANG_DFLASH_PINNED_RESERVE"] == "0"
     with serve_bench.step_environment("ddtree-16@nodraftpen"):  # patch 0031 off, the rest as served
         assert os.environ["SGLANG_DDTREE_DRAFT_PENALTIES"] == "0"
         assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "1"
@@ -800,9 +796,7 @@ def test_mode_variants_serve_with_their_switch_and_the_same_settings(monkeypatch
     assert "SGLANG_DDTREE_FAST_METADATA" not in os.environ
     assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "0"
     assert os.environ["SGLANG_DFLASH_OVERLAP"] == "1"
-    known = (
-        "eager, extend, graphs, meta, nodraftpen, overlap, overlap-pageable, overlap-tbt, splitkv, upstream"
-    )
+    known = "eager, extend, graphs, meta, nodraftpen, overlap, overlap-tbt, splitkv, upstream"
     with pytest.raises(ValueError, match=rf"@fast.*known: {known}"):
         serve_bench.server_settings("ddtree-16@fast")
 
