@@ -45,8 +45,9 @@ MODES = ("none", "dflash", "ddtree-8", "ddtree-16", "ddtree-32")
 # tree step, patch 0022); @overlap-tbt: overlap with patch 0030's result fast path off, every accepted block's
 # finish checked token by token as patch 0024 alone did); @nodraftpen: the drafter without the request's
 # penalties, logit_bias and min_new_tokens (patch 0031 off: SGLANG_DDTREE_DRAFT_PENALTIES=0), for
-# options_acceptance's with/without (issue 28). Every switch is set explicitly for every server, to the served
-# default unless the variant says.
+# options_acceptance's with/without (issue 28); @target-bs: the step's graphs captured for the target's
+# graph batch sizes only (patch step-graphs-every-batch-size off). Every switch is set explicitly for every
+# server, to the served default unless the variant says.
 FAST_STEP_ENV = "SGLANG_DFLASH_FAST_STEP"
 SPLITKV_ENV = "SGLANG_DDTREE_SPLITKV_VERIFY"
 STEP_GRAPHS_ENV = "SGLANG_DFLASH_STEP_GRAPHS"
@@ -54,9 +55,10 @@ FAST_METADATA_ENV = "SGLANG_DDTREE_FAST_METADATA"
 OVERLAP_ENV = "SGLANG_DFLASH_OVERLAP"
 RESULT_FAST_PATH_ENV = "SGLANG_SPEC_V2_RESULT_FAST_PATH"
 DRAFT_PENALTIES_ENV = "SGLANG_DDTREE_DRAFT_PENALTIES"
+EVERY_BS_ENV = "SGLANG_DFLASH_STEP_GRAPHS_EVERY_BS"
 STEP_DEFAULTS = {
     FAST_STEP_ENV: "1", SPLITKV_ENV: "1", STEP_GRAPHS_ENV: "1", FAST_METADATA_ENV: "1", OVERLAP_ENV: "0",
-    RESULT_FAST_PATH_ENV: "1", DRAFT_PENALTIES_ENV: "1",
+    RESULT_FAST_PATH_ENV: "1", DRAFT_PENALTIES_ENV: "1", EVERY_BS_ENV: "1",
 }  # fmt: skip
 VARIANTS = {
     "upstream": {FAST_STEP_ENV: "0", SPLITKV_ENV: "0", STEP_GRAPHS_ENV: "0", FAST_METADATA_ENV: "0"},
@@ -68,6 +70,7 @@ VARIANTS = {
     "overlap": {OVERLAP_ENV: "1"},
     "overlap-tbt": {OVERLAP_ENV: "1", RESULT_FAST_PATH_ENV: "0"},
     "nodraftpen": {DRAFT_PENALTIES_ENV: "0"},
+    "target-bs": {EVERY_BS_ENV: "0"},
 }
 BLOCK = 8  # served block size (the profile's --speculative-num-draft-tokens)
 TOPK = 4

@@ -788,6 +788,11 @@ def test_mode_variants_serve_with_their_switch_and_the_same_settings(monkeypatch
         assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "1"
     with serve_bench.step_environment("ddtree-16"):  # the served default: the drafter sees the options
         assert os.environ["SGLANG_DDTREE_DRAFT_PENALTIES"] == "1"
+    with serve_bench.step_environment("ddtree-16@target-bs"):  # the step graphs at the target's sizes only
+        assert os.environ["SGLANG_DFLASH_STEP_GRAPHS_EVERY_BS"] == "0"
+        assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "1"
+    with serve_bench.step_environment("ddtree-16"):
+        assert os.environ["SGLANG_DFLASH_STEP_GRAPHS_EVERY_BS"] == "1"
     with serve_bench.step_environment("ddtree-16@nodraftpen"):  # patch 0031 off, the rest as served
         assert os.environ["SGLANG_DDTREE_DRAFT_PENALTIES"] == "0"
         assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "1"
@@ -796,7 +801,7 @@ def test_mode_variants_serve_with_their_switch_and_the_same_settings(monkeypatch
     assert "SGLANG_DDTREE_FAST_METADATA" not in os.environ
     assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "0"
     assert os.environ["SGLANG_DFLASH_OVERLAP"] == "1"
-    known = "eager, extend, graphs, meta, nodraftpen, overlap, overlap-tbt, splitkv, upstream"
+    known = "eager, extend, graphs, meta, nodraftpen, overlap, overlap-tbt, splitkv, target-bs, upstream"
     with pytest.raises(ValueError, match=rf"@fast.*known: {known}"):
         serve_bench.server_settings("ddtree-16@fast")
 
