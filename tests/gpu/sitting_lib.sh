@@ -10,9 +10,13 @@
 #   wait_lanes MARGIN NAME...  until every named lane is done, or fewer than MARGIN s are left; then writes
 #                            $SITTING_OUT/timing-start.txt (timing jobs run alone, after the lanes)
 #   timing NAME MARGIN JOB...  one timing queue in the foreground ($SITTING_OUT/NAME, $PAIR)
+# and exports PAIR (default /tmp/pair-long, the kept long pair) for every queue it starts.
 SITTING_OUT=${SITTING_OUT:-/tmp/out} SITTING_RUNS=${SITTING_RUNS:-/tmp/runs}
 SITTING_QUEUE=${SITTING_QUEUE:-tests/gpu/device_queue.sh}
 export JOB_TIMEOUT=${JOB_TIMEOUT:-600}
+# The trained pair every sitting since 2026-12-03 serves: the long pair, unpacked by device_pair.sh unpack-pair
+# (device_queue.sh's own default, /tmp/pair, is where a training writes; a plan that trains sets PAIR itself).
+export PAIR=${PAIR:-/tmp/pair-long}
 mkdir -p "$SITTING_OUT" "$SITTING_RUNS"
 
 left() { echo $((END - SECONDS - ${1:-0})); }

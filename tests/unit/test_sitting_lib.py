@@ -62,3 +62,13 @@ def test_wait_lanes_gives_up_at_its_margin_and_timing_runs_in_the_foreground(tmp
     assert (out / "timing-start.txt").is_file()
     assert f"lane= out={out}/t1 runs={tmp_path}/runs/t1 deadline={3 - waited} algo= jobs=options" in calls
     assert stdout.rstrip().endswith("after")
+
+
+def test_the_queues_get_the_long_pair_unless_the_plan_names_another(tmp_path: Path, monkeypatch) -> None:
+    """12-03b lost 180 s to a job run without PAIR=/tmp/pair-long ("no trained pair in /tmp/pair")."""
+    monkeypatch.delenv("PAIR", raising=False)
+    out, _ = run_sitting(tmp_path, 'echo "pair=$PAIR"; bash -c \'echo "child=$PAIR"\'')
+    assert "pair=/tmp/pair-long" in out and "child=/tmp/pair-long" in out
+    monkeypatch.setenv("PAIR", "/tmp/pair")  # a plan that trains names its own
+    out, _ = run_sitting(tmp_path, 'echo "pair=$PAIR"')
+    assert "pair=/tmp/pair\n" in out

@@ -26,9 +26,7 @@
 # window (does the v2 step still grow with context?).
 cd /tmp/proj || exit 1
 END=${END:-1300}
-source tests/gpu/sitting_lib.sh
-PAIR=/tmp/pair-long
-export PAIR
+source tests/gpu/sitting_lib.sh  # PAIR: the long pair, /tmp/pair-long
 lane a 700 stress-graphs
 sleep 20
 OVERLAP_ALGORITHM=DDTREE lane b 700 stress-overlap
