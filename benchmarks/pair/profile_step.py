@@ -440,7 +440,7 @@ def spell_after(path: Path | None, before: int, timeout_s: float = 5.0) -> dict[
         return None
     deadline = time.monotonic() + timeout_s
     while True:
-        lines = path.read_text().splitlines()[before:] if path.is_file() else []
+        lines = path.read_text().splitlines()[before:]
         spells = [json.loads(line) for line in lines if line.strip()]
         if spells or time.monotonic() >= deadline:
             return spells[-1] if spells else None
@@ -567,24 +567,24 @@ def profile_mode(
         # profiled window ran slower for seconds (the trace's export and teardown in the server), which read
         # as the v2 step growing from 256 to 1024 when 1024 was measured after 256's window.
         unprofiled: dict[int, dict[str, Any]] = {}
+        others_of = {
+            c: [prompt_of(prompts[i:] + prompts[:i], c) for i in range(CONCURRENT)] for c in contexts
+        }
         for context in contexts:
-            prompt = prompt_of(prompts, context)
+            prompt = others_of[context][0]  # the prompts strung from the first: prompt_of(prompts, context)
             server.client.post_json("/generate", {"input_ids": prompt, "sampling_params": params})  # warm-up
             unprofiled[context] = unprofiled_step_ms(server.client, prompt, params, phases=phases)
-            others = [prompt_of(prompts[i:] + prompts[:i], context) for i in range(CONCURRENT)]
-            unprofiled[context] |= concurrent_tok_s(server.client, others, params, phases=phases)
+            unprofiled[context] |= concurrent_tok_s(server.client, others_of[context], params, phases=phases)
         for context in contexts:
             where = folder / f"ctx{context}"
             where.mkdir(exist_ok=True)
-            prompt = prompt_of(prompts, context)
-            others = [prompt_of(prompts[i:] + prompts[:i], context) for i in range(concurrency)]
             body = {"output_dir": str(where), "num_steps": steps, "activities": ["CPU", "GPU"],
                     "with_stack": stacks, "record_shapes": False}  # fmt: skip
             # SGLang answers /start_profile with plain text, not JSON.
             status, answer = server.client.post_text("/start_profile", body, 120.0)
             if status != 200:
                 raise RuntimeError(f"POST /start_profile -> HTTP {status}: {answer[:300]}")
-            send_at_once(server.client, [prompt, *others[1:]], params)
+            send_at_once(server.client, others_of[context][:concurrency], params)
             _wait_for_trace(where, timeout_s=120.0)
             traces = sorted(where.glob("*.trace.json.gz"))
             label = f"{mode} ctx {context}" + (f" c{concurrency}" if concurrency > 1 else "")
