@@ -46,7 +46,7 @@ MODES = ("none", "dflash", "ddtree-8", "ddtree-16", "ddtree-32")
 # finish checked token by token as patch 0024 alone did); @nodraftpen: the drafter without the request's
 # penalties, logit_bias and min_new_tokens (patch 0031 off: SGLANG_DDTREE_DRAFT_PENALTIES=0), for
 # options_acceptance's with/without (issue 28); @target-bs: the step's graphs captured for the target's
-# graph batch sizes only (patch step-graphs-every-batch-size off). Every switch is set explicitly for every
+# graph batch sizes only (patch step-graphs-every-batch-size off); @overlap-target-bs: the same under overlap. Every switch is set explicitly for every
 # server, to the served default unless the variant says.
 FAST_STEP_ENV = "SGLANG_DFLASH_FAST_STEP"
 SPLITKV_ENV = "SGLANG_DDTREE_SPLITKV_VERIFY"
@@ -71,6 +71,7 @@ VARIANTS = {
     "overlap-tbt": {OVERLAP_ENV: "1", RESULT_FAST_PATH_ENV: "0"},
     "nodraftpen": {DRAFT_PENALTIES_ENV: "0"},
     "target-bs": {EVERY_BS_ENV: "0"},
+    "overlap-target-bs": {OVERLAP_ENV: "1", EVERY_BS_ENV: "0"},
 }
 BLOCK = 8  # served block size (the profile's --speculative-num-draft-tokens)
 TOPK = 4

@@ -25,6 +25,9 @@
 #   options-stress-dflash  the same against DFLASH
 #   stress-overlap  the stress with SGLANG_DFLASH_OVERLAP=1 (overlap scheduling, the spec-v2 step: patches 0019-
 #                   0022, issue 25) on $OVERLAP_ALGORITHM (DDTREE, or DFLASH)
+#   stress-overlap-dflash  the same stress under the switch on DFLASH (whatever $OVERLAP_ALGORITHM says)
+#   smoke-overlap   the pro6000 smoke (baseline, DFLASH, DDTREE; chi-square at T 1) with SGLANG_DFLASH_OVERLAP=1: with
+#                   the stresses, what the switch needs before it is the served default at TP 1
 #   options-stress-overlap  the options stress with the same switch: the v2 step's penalties token for token
 #   stress-overlap-mla  the overlap stress on the tiny Kimi-shaped MLA target ($OVERLAP_ALGORITHM): what the switch
 #                   needs before it can be the served default for Kimi
@@ -98,11 +101,11 @@ GRAPHS_ENV=(SGLANG_DFLASH_STEP_GRAPHS=1 SGLANG_DDTREE_FAST_METADATA=1)
 for job in "$@"; do
   case $job in
     smoke | smoke-graphs | stress-graphs | smoke-graphs-tp2 | smoke-splitkv | stress-splitkv | options-stress | \
-      options-stress-dflash | stress-overlap | options-stress-overlap | stress-overlap-mla | secrets | mla | smoke-sampling | core-tests | request-options | \
+      options-stress-dflash | stress-overlap | stress-overlap-dflash | smoke-overlap | options-stress-overlap | stress-overlap-mla | secrets | mla | smoke-sampling | core-tests | request-options | \
       smoke-mla-graphs | stress-mla | stress-mla-graphs | steps | tree-graph | commit-graph | stacks | stacks-c32 | profile | \
       profile-c32 | phases | paired | serve | options | \
       core-bench | verify-bench | profile-mla) ;;
-    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv options-stress options-stress-dflash stress-overlap options-stress-overlap stress-overlap-mla secrets mla smoke-sampling core-tests request-options smoke-mla-graphs stress-mla stress-mla-graphs steps tree-graph commit-graph stacks stacks-c32 profile profile-c32 phases paired serve options core-bench verify-bench profile-mla)" >&2
+    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv options-stress options-stress-dflash stress-overlap stress-overlap-dflash smoke-overlap options-stress-overlap stress-overlap-mla secrets mla smoke-sampling core-tests request-options smoke-mla-graphs stress-mla stress-mla-graphs steps tree-graph commit-graph stacks stacks-c32 profile profile-c32 phases paired serve options core-bench verify-bench profile-mla)" >&2
        exit 2 ;;
   esac
 done
@@ -129,6 +132,9 @@ run_job() {
                              OUT="$OUT/options-stress-dflash" bash tests/gpu/device_ddtree.sh stress ;;
     stress-overlap) timeout "$limit" env SGLANG_DFLASH_OVERLAP=1 STRESS_ARGS="--algorithm $OVERLAP_ALGORITHM" \
                       OUT="$OUT/stress-overlap" bash tests/gpu/device_ddtree.sh stress ;;
+    stress-overlap-dflash) timeout "$limit" env SGLANG_DFLASH_OVERLAP=1 STRESS_ARGS="--algorithm DFLASH" \
+                             OUT="$OUT/stress-overlap-dflash" bash tests/gpu/device_ddtree.sh stress ;;
+    smoke-overlap) timeout "$limit" env SGLANG_DFLASH_OVERLAP=1 OUT="$OUT/smoke-overlap" bash tests/gpu/device_ddtree.sh smoke ;;
     options-stress-overlap) timeout "$limit" env SGLANG_DFLASH_OVERLAP=1 \
                               STRESS_ARGS="--options-only --algorithm $OVERLAP_ALGORITHM" \
                               OUT="$OUT/options-stress-overlap" bash tests/gpu/device_ddtree.sh stress ;;
