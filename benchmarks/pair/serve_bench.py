@@ -41,12 +41,14 @@ MODES = ("none", "dflash", "ddtree-8", "ddtree-16", "ddtree-32")
 # 2026-12-02, patch 0017), @splitkv: on whatever the default; ddtree-16@eager, dflash@eager: patch 0012's
 # step CUDA graphs and patch 0013's one-launch verify metadata off (the served default is on since
 # 2026-12-01); @graphs: both on, whatever the default; ddtree-16@meta: patch 0013 alone; dflash@overlap:
-# overlap scheduling with the spec-v2 step, patches 0019-0022, off by default (ddtree-16@overlap: DDTREE's
+# overlap scheduling with the spec-v2 step, patches 0019-0022, explicitly (ddtree-16@overlap: DDTREE's
 # tree step, patch 0022); @overlap-tbt: overlap with patch 0030's result fast path off, every accepted block's
 # finish checked token by token as patch 0024 alone did); @nodraftpen: the drafter without the request's
 # penalties, logit_bias and min_new_tokens (patch 0031 off: SGLANG_DDTREE_DRAFT_PENALTIES=0), for
 # options_acceptance's with/without (issue 28); @target-bs: the step's graphs captured for the target's
-# graph batch sizes only (patch step-graphs-every-batch-size off); @overlap-target-bs: the same under overlap. Every switch is set explicitly for every
+# graph batch sizes only (patch step-graphs-every-batch-size off); @overlap-target-bs: the same under overlap;
+# @v1: overlap off (SGLANG_DFLASH_OVERLAP=0), the v1 step that was the default until patch dflash-overlap-default
+# (the default now: auto, overlap on at TP 1, so dflash/ddtree-16 and their @overlap serve the same step here). Every switch is set explicitly for every
 # server, to the served default unless the variant says.
 FAST_STEP_ENV = "SGLANG_DFLASH_FAST_STEP"
 SPLITKV_ENV = "SGLANG_DDTREE_SPLITKV_VERIFY"
@@ -57,7 +59,7 @@ RESULT_FAST_PATH_ENV = "SGLANG_SPEC_V2_RESULT_FAST_PATH"
 DRAFT_PENALTIES_ENV = "SGLANG_DDTREE_DRAFT_PENALTIES"
 EVERY_BS_ENV = "SGLANG_DFLASH_STEP_GRAPHS_EVERY_BS"
 STEP_DEFAULTS = {
-    FAST_STEP_ENV: "1", SPLITKV_ENV: "1", STEP_GRAPHS_ENV: "1", FAST_METADATA_ENV: "1", OVERLAP_ENV: "0",
+    FAST_STEP_ENV: "1", SPLITKV_ENV: "1", STEP_GRAPHS_ENV: "1", FAST_METADATA_ENV: "1", OVERLAP_ENV: "auto",
     RESULT_FAST_PATH_ENV: "1", DRAFT_PENALTIES_ENV: "1", EVERY_BS_ENV: "1",
 }  # fmt: skip
 VARIANTS = {
@@ -68,6 +70,7 @@ VARIANTS = {
     "graphs": {STEP_GRAPHS_ENV: "1", FAST_METADATA_ENV: "1"},
     "meta": {STEP_GRAPHS_ENV: "0", FAST_METADATA_ENV: "1"},
     "overlap": {OVERLAP_ENV: "1"},
+    "v1": {OVERLAP_ENV: "0"},
     "overlap-tbt": {OVERLAP_ENV: "1", RESULT_FAST_PATH_ENV: "0"},
     "nodraftpen": {DRAFT_PENALTIES_ENV: "0"},
     "target-bs": {EVERY_BS_ENV: "0"},

@@ -36,6 +36,11 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def off(sglang_cpu_path: str, models: tuple[str, str]) -> dict:  # noqa: F811
+    return run_probe(PROBE, MARKER, sglang_cpu_path, *models, timeout=600, env={"SGLANG_DFLASH_OVERLAP": "0"})
+
+
+@pytest.fixture(scope="module")
+def unset(sglang_cpu_path: str, models: tuple[str, str]) -> dict:  # noqa: F811
     return run_probe(
         PROBE, MARKER, sglang_cpu_path, *models, timeout=600, env={"SGLANG_DFLASH_OVERLAP": None}
     )
@@ -56,6 +61,23 @@ def test_switch_off_keeps_todays_settings(off: dict, case: str) -> None:
     got = off[f"args_{case}"]
     assert got["overlap_disabled"] is True
     assert got["overlap_warnings"] == [TODAY_WARNING]
+
+
+@pytest.mark.parametrize("case", ["dflash", "dflash_page64", "dflash_disabled", "ddtree", "ddtree_disabled"])
+def test_switch_unset_on_the_cpu_keeps_v1_without_a_warning(unset: dict, case: str) -> None:
+    """Patch dflash-overlap-default: unset means auto, overlap only on a CUDA server at TP 1 (the probe's
+    servers are --device cpu), and the default's choice is an info line, not a warning
+    (tests/unit/test_dflash_overlap_default.py has the rule's every branch)."""
+    got = unset[f"args_{case}"]
+    assert got["overlap_disabled"] is True
+    assert got["overlap_warnings"] == []
+
+
+@pytest.mark.parametrize("algo", ["dflash", "ddtree"])
+def test_switch_unset_on_the_cpu_runs_the_v1_worker(unset: dict, algo: str) -> None:
+    got = unset[f"algo_{algo}"]
+    assert got["spec_v2"] is False and got["future_map"] == "FutureMap"
+    assert got["worker_start"] == "past the switch"
 
 
 @pytest.mark.parametrize("algo", ["dflash", "ddtree"])
@@ -135,7 +157,8 @@ def test_a_bad_switch_value_is_refused(off: dict, on: dict, mode: str) -> None:
     got = {"off": off, "on": on}[mode]["args_bad_value"]
     assert got == {
         "error": "ValueError",
-        "message": "SGLANG_DFLASH_OVERLAP='yes': use 1 (overlap scheduling for DFLASH/DDTREE) or 0 (off).",
+        "message": "SGLANG_DFLASH_OVERLAP='yes': use 1 (overlap scheduling for DFLASH/DDTREE), 0 (off) or auto "
+        "(unset: on at TP 1 on CUDA).",
     }
 
 

@@ -776,7 +776,10 @@ def test_mode_variants_serve_with_their_switch_and_the_same_settings(monkeypatch
         assert os.environ["SGLANG_DDTREE_FAST_METADATA"] == "1"
         assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "0"
         assert os.environ["SGLANG_DFLASH_FAST_STEP"] == "1"
-        assert os.environ["SGLANG_DFLASH_OVERLAP"] == "0"  # the served default: the v1 step, overlap off
+        assert os.environ["SGLANG_DFLASH_OVERLAP"] == "auto"  # the served default: overlap at TP 1, v1 above
+    with serve_bench.step_environment("ddtree-16@v1"):  # the v1 step, overlap off
+        assert os.environ["SGLANG_DFLASH_OVERLAP"] == "0"
+        assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "1"
     with serve_bench.step_environment("dflash@overlap"):  # spec v2, overlap scheduling, the rest as served
         assert os.environ["SGLANG_DFLASH_OVERLAP"] == "1"
         assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "1"
@@ -796,12 +799,12 @@ def test_mode_variants_serve_with_their_switch_and_the_same_settings(monkeypatch
     with serve_bench.step_environment("ddtree-16@nodraftpen"):  # patch 0031 off, the rest as served
         assert os.environ["SGLANG_DDTREE_DRAFT_PENALTIES"] == "0"
         assert os.environ["SGLANG_DFLASH_STEP_GRAPHS"] == "1"
-        assert os.environ["SGLANG_DFLASH_OVERLAP"] == "0"
+        assert os.environ["SGLANG_DFLASH_OVERLAP"] == "auto"
     assert "SGLANG_DFLASH_FAST_STEP" not in os.environ
     assert "SGLANG_DDTREE_FAST_METADATA" not in os.environ
     assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "0"
     assert os.environ["SGLANG_DFLASH_OVERLAP"] == "1"
-    known = "eager, extend, graphs, meta, nodraftpen, overlap, overlap-target-bs, overlap-tbt, splitkv, target-bs, upstream"
+    known = "eager, extend, graphs, meta, nodraftpen, overlap, overlap-target-bs, overlap-tbt, splitkv, target-bs, upstream, v1"
     with pytest.raises(ValueError, match=rf"@fast.*known: {known}"):
         serve_bench.server_settings("ddtree-16@fast")
 
