@@ -47,8 +47,9 @@ MODES = ("none", "dflash", "ddtree-8", "ddtree-16", "ddtree-32")
 # penalties, logit_bias and min_new_tokens (patch 0031 off: SGLANG_DDTREE_DRAFT_PENALTIES=0), for
 # options_acceptance's with/without (issue 28); @target-bs: the step's graphs captured for the target's
 # graph batch sizes only (patch step-graphs-every-batch-size off); @overlap-target-bs: the same under overlap;
-# @v1: overlap off (SGLANG_DFLASH_OVERLAP=0), the v1 step that was the default until patch dflash-overlap-default
-# (the default now: auto, overlap on at TP 1, so dflash/ddtree-16 and their @overlap serve the same step here). Every switch is set explicitly for every
+# @v1: overlap off (SGLANG_DFLASH_OVERLAP=0), the v1 step, the default until patch dflash-overlap-default (the
+# default now is auto: overlap on at TP 1, so dflash/ddtree-16 and their @overlap serve the same step here).
+# Every switch is set explicitly for every
 # server, to the served default unless the variant says.
 FAST_STEP_ENV = "SGLANG_DFLASH_FAST_STEP"
 SPLITKV_ENV = "SGLANG_DDTREE_SPLITKV_VERIFY"

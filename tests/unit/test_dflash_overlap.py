@@ -157,8 +157,8 @@ def test_a_bad_switch_value_is_refused(off: dict, on: dict, mode: str) -> None:
     got = {"off": off, "on": on}[mode]["args_bad_value"]
     assert got == {
         "error": "ValueError",
-        "message": "SGLANG_DFLASH_OVERLAP='yes': use 1 (overlap scheduling for DFLASH/DDTREE), 0 (off) or auto "
-        "(unset: on at TP 1 on CUDA).",
+        "message": "SGLANG_DFLASH_OVERLAP='yes': use 1 (overlap scheduling for DFLASH/DDTREE), 0 (off) or "
+        "auto (unset: on at TP 1 on CUDA).",
     }
 
 

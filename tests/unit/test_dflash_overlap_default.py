@@ -81,7 +81,10 @@ def test_unset_or_auto_runs_overlap_on_one_cuda_gpu(overlap, monkeypatch, caplog
 @pytest.mark.parametrize(
     ("overrides", "reason"),
     [
-        ({"tp_size": 8}, "--tp 8: a TP > 1 server has not run under overlap yet (set SGLANG_DFLASH_OVERLAP=1"),
+        (
+            {"tp_size": 8},
+            "--tp 8: a TP > 1 server has not run under overlap yet (set SGLANG_DFLASH_OVERLAP=1",
+        ),
         ({"tp_size": 2}, "--tp 2: a TP > 1 server has not run under overlap yet"),
         ({"device": "cpu"}, "--device cpu: the v2 step writes the draft KV with the CUDA fused kernel"),
         ({"page_size": 64}, "--page-size 64"),

@@ -804,7 +804,10 @@ def test_mode_variants_serve_with_their_switch_and_the_same_settings(monkeypatch
     assert "SGLANG_DDTREE_FAST_METADATA" not in os.environ
     assert os.environ["SGLANG_DDTREE_SPLITKV_VERIFY"] == "0"
     assert os.environ["SGLANG_DFLASH_OVERLAP"] == "1"
-    known = "eager, extend, graphs, meta, nodraftpen, overlap, overlap-target-bs, overlap-tbt, splitkv, target-bs, upstream, v1"
+    known = (
+        "eager, extend, graphs, meta, nodraftpen, overlap, overlap-target-bs, overlap-tbt, splitkv, "
+        "target-bs, upstream, v1"
+    )
     with pytest.raises(ValueError, match=rf"@fast.*known: {known}"):
         serve_bench.server_settings("ddtree-16@fast")
 
