@@ -15,7 +15,8 @@
 #   smoke           the pro6000 smoke (baseline, DFLASH, DDTREE) as served by default
 #   smoke-graphs    the pro6000 smoke with the fast step switched on explicitly (step CUDA graphs + verify metadata
 #                   kernel; the served default since 2026-12-01, so `smoke` runs it too)
-#   stress-graphs   the stress with the same switches on
+#   stress-graphs   the stress with the same switches on (at TP 1 under overlap since patch 0037: its default there)
+#   stress-v1       the stress with the v1 step (SGLANG_DFLASH_OVERLAP=0; the default at TP > 1) and the step graphs on
 #   smoke-graphs-tp2  the smoke at TP 2 with the fast step and its TP capture on (a two-GPU machine)
 #   smoke-splitkv   the pro6000 smoke (baseline, DFLASH, DDTREE) with the split-KV verify on explicitly (issue 26;
 #                   the served default since 2026-12-02, patch 0017, so `smoke` runs it too)
@@ -100,12 +101,12 @@ PAIRLESS_JOBS=" core-bench verify-bench profile-mla "
 GRAPHS_ENV=(SGLANG_DFLASH_STEP_GRAPHS=1 SGLANG_DDTREE_FAST_METADATA=1)
 for job in "$@"; do
   case $job in
-    smoke | smoke-graphs | stress-graphs | smoke-graphs-tp2 | smoke-splitkv | stress-splitkv | options-stress | \
+    smoke | smoke-graphs | stress-graphs | stress-v1 | smoke-graphs-tp2 | smoke-splitkv | stress-splitkv | options-stress | \
       options-stress-dflash | stress-overlap | stress-overlap-dflash | smoke-overlap | options-stress-overlap | stress-overlap-mla | secrets | mla | smoke-sampling | core-tests | request-options | \
       smoke-mla-graphs | stress-mla | stress-mla-graphs | steps | tree-graph | commit-graph | stacks | stacks-c32 | profile | \
       profile-c32 | phases | paired | serve | options | \
       core-bench | verify-bench | profile-mla) ;;
-    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs smoke-graphs-tp2 smoke-splitkv stress-splitkv options-stress options-stress-dflash stress-overlap stress-overlap-dflash smoke-overlap options-stress-overlap stress-overlap-mla secrets mla smoke-sampling core-tests request-options smoke-mla-graphs stress-mla stress-mla-graphs steps tree-graph commit-graph stacks stacks-c32 profile profile-c32 phases paired serve options core-bench verify-bench profile-mla)" >&2
+    *) echo "device_queue.sh: unknown job '$job' (smoke smoke-graphs stress-graphs stress-v1 smoke-graphs-tp2 smoke-splitkv stress-splitkv options-stress options-stress-dflash stress-overlap stress-overlap-dflash smoke-overlap options-stress-overlap stress-overlap-mla secrets mla smoke-sampling core-tests request-options smoke-mla-graphs stress-mla stress-mla-graphs steps tree-graph commit-graph stacks stacks-c32 profile profile-c32 phases paired serve options core-bench verify-bench profile-mla)" >&2
        exit 2 ;;
   esac
 done
@@ -120,6 +121,8 @@ run_job() {
     smoke) timeout "$limit" env OUT="$OUT/smoke" bash tests/gpu/device_ddtree.sh smoke ;;
     smoke-graphs) timeout "$limit" env "${GRAPHS_ENV[@]}" OUT="$OUT/smoke-graphs" bash tests/gpu/device_ddtree.sh smoke ;;
     stress-graphs) timeout "$limit" env "${GRAPHS_ENV[@]}" OUT="$OUT/stress-graphs" bash tests/gpu/device_ddtree.sh stress ;;
+    stress-v1) timeout "$limit" env "${GRAPHS_ENV[@]}" SGLANG_DFLASH_OVERLAP=0 OUT="$OUT/stress-v1" \
+                 bash tests/gpu/device_ddtree.sh stress ;;
     smoke-graphs-tp2) timeout "$limit" env "${GRAPHS_ENV[@]}" SMOKE_TP=2 SGLANG_DFLASH_STEP_GRAPHS_TP=1 \
                         OUT="$OUT/smoke-graphs-tp2" bash tests/gpu/device_ddtree.sh smoke ;;
     smoke-splitkv) timeout "$limit" env SGLANG_DDTREE_SPLITKV_VERIFY=1 OUT="$OUT/smoke-splitkv" \
