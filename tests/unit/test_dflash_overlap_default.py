@@ -11,15 +11,12 @@ tests/unit/test_dflash_overlap.py's servers (on this CPU the default keeps the v
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import os
-import sys
 import types
-from pathlib import Path
 
 import pytest
 
+from tests.unit.patched_module import loaded_alone
 from tests.unit.test_ddtree_sglang import sglang_cpu_path  # noqa: F401  (fixture)
 
 MODULE = "dflash_overlap_under_test"
@@ -28,14 +25,8 @@ ENV = "SGLANG_DFLASH_OVERLAP"
 
 @pytest.fixture(scope="module")
 def overlap(sglang_cpu_path: str) -> types.ModuleType:  # noqa: F811
-    path = Path(sglang_cpu_path.split(os.pathsep)[0]) / "sglang" / "srt" / "speculative" / "dflash_overlap.py"
-    spec = importlib.util.spec_from_file_location(MODULE, path)
-    assert spec is not None and spec.loader is not None, path
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[MODULE] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(MODULE, None)
+    with loaded_alone(sglang_cpu_path, "sglang/srt/speculative/dflash_overlap.py", MODULE) as module:
+        yield module
 
 
 def _args(**overrides) -> types.SimpleNamespace:

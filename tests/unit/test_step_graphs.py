@@ -13,16 +13,13 @@ tests/gpu/test_tree_stage_graph_gpu.py's; the workers' own refusals are tests/un
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import os
-import sys
 import types
-from pathlib import Path
 
 import pytest
 import torch
 
+from tests.unit.patched_module import loaded_alone
 from tests.unit.test_ddtree_sglang import sglang_cpu_path  # noqa: F401  (fixture)
 
 MODULE = "step_graphs_under_test"
@@ -31,14 +28,8 @@ NAME = "DFLASH test stretch"
 
 @pytest.fixture(scope="module")
 def step_graphs(sglang_cpu_path: str) -> types.ModuleType:  # noqa: F811
-    path = Path(sglang_cpu_path.split(os.pathsep)[0]) / "sglang" / "srt" / "speculative" / "step_graphs.py"
-    spec = importlib.util.spec_from_file_location(MODULE, path)
-    assert spec is not None and spec.loader is not None, path
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[MODULE] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(MODULE, None)
+    with loaded_alone(sglang_cpu_path, "sglang/srt/speculative/step_graphs.py", MODULE) as module:
+        yield module
 
 
 def _target(*, capture_bs=(1, 2), disable_cuda_graph=False, graph_runner=True) -> types.SimpleNamespace:
