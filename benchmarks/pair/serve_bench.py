@@ -49,8 +49,7 @@ MODES = ("none", "dflash", "ddtree-8", "ddtree-16", "ddtree-32")
 # graph batch sizes only (patch step-graphs-every-batch-size off); @overlap-target-bs: the same under overlap;
 # @v1: overlap off (SGLANG_DFLASH_OVERLAP=0), the v1 step, the default until patch dflash-overlap-default (the
 # default now is auto: overlap on at TP 1, so dflash/ddtree-16 and their @overlap serve the same step here).
-# Every switch is set explicitly for every
-# server, to the served default unless the variant says.
+# Every switch is set explicitly for every server, to the served default unless the variant says.
 FAST_STEP_ENV = "SGLANG_DFLASH_FAST_STEP"
 SPLITKV_ENV = "SGLANG_DDTREE_SPLITKV_VERIFY"
 STEP_GRAPHS_ENV = "SGLANG_DFLASH_STEP_GRAPHS"
